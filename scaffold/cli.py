@@ -1,0 +1,223 @@
+"""The `scaffold` command line: parses, asks and reports; render.py and smoke.py do the work."""
+
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from scaffold import __version__
+from scaffold.errors import ScaffoldError
+from scaffold.options import HELP, Options, project_names
+
+
+class OneLineErrors(TyperGroup):
+    """Report every error as one line on stderr with exit code 2 (usage) or 1, no traceback."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except ScaffoldError as err:
+            typer.echo(f"error: {err}", err=True)
+            sys.exit(err.exit_code)
+        except click.UsageError as err:
+            typer.echo(f"error: {err.format_message()}", err=True)
+            sys.exit(2)
+        except (click.Abort, KeyboardInterrupt):
+            typer.echo("aborted; nothing was written", err=True)
+            sys.exit(130)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    help="Generate PyTorch training projects whose loops are correctly ordered, and prove it.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,  # plain help: readable in any terminal width, and starts faster
+)
+
+
+class Task(str, Enum):
+    classification = "classification"
+    regression = "regression"
+
+
+class Scheduler(str, Enum):
+    cosine = "cosine"
+    plateau = "plateau"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"scaffold {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    """Generate plain-PyTorch training projects whose loops are correctly ordered, and prove it."""
+
+
+def stdin_is_interactive() -> bool:
+    """Prompts only when a person can answer them; a pipe or CI never waits."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _ask(name: str, default, choices: tuple[str, ...] | None = None):
+    typer.secho(f"  {HELP[name]}", dim=True, err=True)
+    label = name.replace("_", " ")
+    if isinstance(default, bool):
+        return typer.confirm(label, default=default, err=True)
+    if choices:
+        return typer.prompt(label, default=default, type=click.Choice(choices), err=True)
+    return typer.prompt(label, default=default, type=type(default), err=True)
+
+
+def resolve_options(given: dict, interactive: bool) -> Options:
+    """Fill the options not given on the command line: ask for each, or take its default."""
+    defaults = Options()
+    values = {}
+
+    def pick(name: str, choices: tuple[str, ...] | None = None):
+        if given.get(name) is not None:
+            values[name] = given[name]
+        elif interactive:
+            values[name] = _ask(name, getattr(defaults, name), choices)
+        else:
+            values[name] = getattr(defaults, name)
+        return values[name]
+
+    pick("task", tuple(t.value for t in Task))
+    if pick("scheduler", tuple(s.value for s in Scheduler)) == "plateau":
+        pick("plateau_patience")
+    pick("amp")
+    if pick("clip"):
+        pick("max_grad_norm")
+    if pick("early_stopping"):
+        pick("patience")
+    pick("seed")
+    # Follow-up values given as flags count even when their question was not asked.
+    values.update({k: v for k, v in given.items() if v is not None and k not in values})
+    options = Options(**values)
+    options.validate()
+    return options
+
+
+@app.command()
+def new(
+    dest: Annotated[
+        str,
+        typer.Argument(metavar="DEST", help="Folder to create; its name is the project's name."),
+    ],
+    task: Annotated[Task | None, typer.Option(help=HELP["task"])] = None,
+    scheduler: Annotated[Scheduler | None, typer.Option(help=HELP["scheduler"])] = None,
+    plateau_patience: Annotated[int | None, typer.Option(help=HELP["plateau_patience"])] = None,
+    amp: Annotated[bool | None, typer.Option("--amp/--no-amp", help=HELP["amp"])] = None,
+    clip: Annotated[bool | None, typer.Option("--clip/--no-clip", help=HELP["clip"])] = None,
+    max_grad_norm: Annotated[float | None, typer.Option(help=HELP["max_grad_norm"])] = None,
+    early_stopping: Annotated[
+        bool | None,
+        typer.Option("--early-stopping/--no-early-stopping", help=HELP["early_stopping"]),
+    ] = None,
+    patience: Annotated[int | None, typer.Option(help=HELP["patience"])] = None,
+    seed: Annotated[int | None, typer.Option(help=HELP["seed"])] = None,
+    defaults: Annotated[
+        bool,
+        typer.Option("--defaults", "-y", help="Never prompt; unset options take defaults."),
+    ] = False,
+    smoke: Annotated[
+        bool | None,
+        typer.Option(
+            "--smoke/--no-smoke",
+            help="Run the project's overfit-one-batch check after rendering "
+            "(default: on when torch is importable).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Render into a non-empty DEST; changed files are kept as *.orig.",
+        ),
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
+) -> int:
+    """Create a new PyTorch training project in DEST.
+
+    Options not given are asked for when stdin is a terminal; with -y, or without a
+    terminal, they take their defaults.
+    """
+    project_name, package_name = project_names(dest)
+    given = {
+        "task": task.value if task else None,
+        "scheduler": scheduler.value if scheduler else None,
+        "plateau_patience": plateau_patience,
+        "amp": amp,
+        "clip": clip,
+        "max_grad_norm": max_grad_norm,
+        "early_stopping": early_stopping,
+        "patience": patience,
+        "seed": seed,
+    }
+    options = resolve_options(given, interactive=stdin_is_interactive() and not defaults)
+
+    from scaffold import smoke as smoke_check  # no torch import: find_spec only
+    from scaffold.render import render_project  # imports copier
+
+    started = time.perf_counter()
+    result = render_project(dest, project_name, package_name, options, force=force)
+    seconds = time.perf_counter() - started
+    if not quiet:
+        typer.echo(f"Created {project_name}: {options.describe()}")
+        typer.echo(f"  {len(result.files)} files in {result.dest} ({seconds:.1f} s)")
+        for backup in result.backups:
+            typer.echo(f"  kept your earlier {backup.with_suffix('')} as {backup}")
+
+    run_smoke = smoke_check.torch_available() if smoke is None else smoke
+    exit_code = 0
+    if run_smoke:
+        if not smoke_check.torch_available():
+            raise ScaffoldError(
+                "--smoke needs torch in this Python; the project is rendered, "
+                f"run 'python -m {package_name}.overfit' in it once torch is installed"
+            )
+        report = smoke_check.run_smoke(result.dest, package_name)
+        exit_code = 0 if report["passed"] else 1
+        if not quiet or not report["passed"]:
+            typer.echo(smoke_check.describe(report), err=not report["passed"])
+    elif not quiet and smoke is None:
+        typer.echo(
+            f"Smoke check skipped: torch is not importable here. After installing the project, "
+            f"run: python -m {package_name}.overfit"
+        )
+    if not quiet:
+        _print_next_steps(result.dest, package_name)
+    return exit_code
+
+
+def _print_next_steps(dest: Path, package: str) -> None:
+    try:
+        where = dest.relative_to(Path.cwd())
+    except ValueError:
+        where = dest
+    typer.echo(
+        "Next:\n"
+        f"  cd {where}\n"
+        '  python -m venv .venv && . .venv/bin/activate && pip install -e ".[dev]"\n'
+        f"  python -m {package}.train --epochs 20 --out runs/first\n"
+        "  python -m pytest -q"
+    )
+
+
+def main() -> None:
+    app()

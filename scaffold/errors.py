@@ -1,0 +1,16 @@
+"""The one error type users see; cli.py turns it into a one-line message and an exit code."""
+
+
+class ScaffoldError(Exception):
+    """A problem with the user's input or environment, reported without a traceback."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class UsageError(ScaffoldError):
+    """Bad arguments: exit code 2, nothing written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, exit_code=2)

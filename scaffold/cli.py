@@ -6,7 +6,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -24,10 +23,10 @@ class OneLineErrors(TyperGroup):
         except ScaffoldError as err:
             typer.echo(f"error: {err}", err=True)
             sys.exit(err.exit_code)
-        except click.UsageError as err:
+        except typer.TyperException as err:  # bad flags or values: Typer's usage errors
             typer.echo(f"error: {err.format_message()}", err=True)
             sys.exit(2)
-        except (click.Abort, KeyboardInterrupt):
+        except (typer.Abort, KeyboardInterrupt):
             typer.echo("aborted; nothing was written", err=True)
             sys.exit(130)
         sys.exit(result if isinstance(result, int) else 0)
@@ -79,8 +78,12 @@ def _ask(name: str, default, choices: tuple[str, ...] | None = None):
     if isinstance(default, bool):
         return typer.confirm(label, default=default, err=True)
     if choices:
-        return typer.prompt(label, default=default, type=click.Choice(choices), err=True)
-    return typer.prompt(label, default=default, type=type(default), err=True)
+        label = f"{label} ({'/'.join(choices)})"
+    while True:
+        answer = typer.prompt(label, default=default, type=type(default), err=True)
+        if not choices or answer in choices:
+            return answer
+        typer.echo(f"  choose one of: {', '.join(choices)}", err=True)
 
 
 def resolve_options(given: dict, interactive: bool) -> Options:

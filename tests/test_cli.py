@@ -1,0 +1,181 @@
+"""The `scaffold` command line, through Typer's CliRunner: what users type, what they see."""
+
+import subprocess
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import scaffold
+from scaffold import cli
+from tests.conftest import PYTHON, REPO
+
+runner = CliRunner()
+
+
+def invoke(*args: str, input: str | None = None):
+    return runner.invoke(cli.app, list(args), input=input)
+
+
+def answers(project) -> dict:
+    return yaml.safe_load((project / ".copier-answers.yml").read_text())
+
+
+def test_non_interactive_run_renders_the_given_options(tmp_path):
+    dest = tmp_path / "demo-proj"
+    result = invoke(
+        "new", str(dest), "-y", "--task", "regression", "--scheduler", "plateau", "--amp",
+        "--clip", "--max-grad-norm", "0.5", "--early-stopping", "--patience", "4", "--no-smoke",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    got = answers(dest)
+    assert (got["task"], got["scheduler"], got["amp"], got["clip"]) == ("regression", "plateau", True, True)
+    assert (got["max_grad_norm"], got["patience"], got["package_name"]) == (0.5, 4, "demo_proj")
+    assert "Created demo-proj: regression, plateau scheduler, AMP" in result.output
+    assert "python -m demo_proj.train" in result.output
+    assert (dest / "src" / "demo_proj" / "engine.py").is_file()
+
+
+def test_without_a_terminal_defaults_are_taken_and_nothing_waits(tmp_path):
+    # CliRunner's stdin is not a terminal: no prompt may be shown, even without -y.
+    result = invoke("new", str(tmp_path / "plain"), "--no-smoke", input="")
+    assert result.exit_code == 0, result.output
+    got = answers(tmp_path / "plain")
+    assert (got["task"], got["scheduler"], got["amp"], got["clip"], got["early_stopping"]) == (
+        "classification", "cosine", False, False, False,
+    )  # fmt: skip
+    assert "?" not in result.output and "[y/N]" not in result.output
+
+
+def test_interactive_run_asks_each_question(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
+    # task, scheduler, plateau patience, amp, clip, max grad norm, early stopping, patience, seed
+    typed = "regression\nplateau\n3\ny\ny\n2.5\ny\n6\n7\n"
+    result = invoke("new", str(tmp_path / "asked"), "--no-smoke", input=typed)
+    assert result.exit_code == 0, result.output
+    got = answers(tmp_path / "asked")
+    assert got["task"] == "regression" and got["scheduler"] == "plateau"
+    assert (got["plateau_patience"], got["amp"], got["clip"], got["max_grad_norm"]) == (3, True, True, 2.5)
+    assert (got["early_stopping"], got["patience"], got["seed"]) == (True, 6, 7)
+    assert "What the model predicts" in result.output  # each question comes with its explanation
+
+
+def test_interactive_run_skips_questions_answered_by_flags(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
+    typed = "n\nn\n\n"  # amp, clip, seed (Enter takes the default)
+    result = invoke(
+        "new", str(tmp_path / "half"), "--task", "classification", "--scheduler", "cosine",
+        "--early-stopping", "--patience", "3", "--no-smoke", input=typed,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    got = answers(tmp_path / "half")
+    assert (got["amp"], got["clip"], got["early_stopping"], got["patience"], got["seed"]) == (
+        False, False, True, 3, 42,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", ["2fast", "class", "{{x}}", "a;b", "$(id)", "x y", "..", "../up", "", "torch", "ends."]
+)
+def test_bad_names_exit_2_with_one_line_and_write_nothing(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("new", name, "-y", "--no-smoke")
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert result.output.startswith("error: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_patience_not_above_plateau_patience_is_refused(tmp_path):
+    dest = tmp_path / "p"
+    result = invoke(
+        "new", str(dest), "-y", "--scheduler", "plateau", "--plateau-patience", "3",
+        "--early-stopping", "--patience", "3", "--no-smoke",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "--patience (3) must be larger than --plateau-patience (3)" in result.output
+    assert not dest.exists()
+
+
+def test_bad_choice_is_one_line_exit_2(tmp_path):
+    result = invoke("new", str(tmp_path / "p"), "--task", "segmentation")
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "segmentation" in result.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_existing_non_empty_folder_is_refused(tmp_path):
+    dest = tmp_path / "taken"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    result = invoke("new", str(dest), "-y", "--no-smoke")
+    assert result.exit_code == 2
+    assert "exists and is not empty" in result.output
+    assert [p.name for p in dest.iterdir()] == ["notes.txt"]
+
+
+def test_existing_empty_folder_is_used(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert invoke("new", str(tmp_path / "empty"), "-y", "--no-smoke").exit_code == 0
+    assert (tmp_path / "empty" / "pyproject.toml").is_file()
+
+
+def test_force_keeps_every_user_file(tmp_path):
+    dest = tmp_path / "mine"
+    (dest / "data").mkdir(parents=True)
+    (dest / "data" / "table.csv").write_text("a,target\n1,0\n")
+    (dest / "README.md").write_text("my notes\n")
+    result = invoke("new", str(dest), "-y", "--no-smoke", "--force")
+    assert result.exit_code == 0, result.output
+    assert (dest / "data" / "table.csv").read_text() == "a,target\n1,0\n"
+    assert (dest / "README.md.orig").read_text() == "my notes\n"
+    assert (dest / "README.md").read_text().startswith("# mine")
+    assert "README.md.orig" in result.output
+
+
+def test_interrupted_render_leaves_nothing(tmp_path, monkeypatch):
+    import copier
+
+    def interrupted(src, dst, **kwargs):
+        (tmp_path / "staging-seen").write_text(str(dst))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(copier, "run_copy", interrupted)
+    result = invoke("new", str(tmp_path / "half"), "-y", "--no-smoke")
+    assert result.exit_code == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["staging-seen"]
+
+
+def test_quiet_prints_nothing(tmp_path):
+    result = invoke("new", str(tmp_path / "q"), "-y", "--no-smoke", "--quiet")
+    assert result.exit_code == 0 and result.output == ""
+
+
+def test_version_and_help():
+    assert invoke("--version").output == f"scaffold {scaffold.__version__}\n"
+    top = invoke("--help")
+    assert top.exit_code == 0 and "new" in top.output
+    sub = invoke("new", "--help")
+    for flag in ("--task", "--scheduler", "--amp", "--clip", "--max-grad-norm", "--early-stopping",
+                 "--patience", "--seed", "--defaults", "--smoke", "--force", "--quiet"):  # fmt: skip
+        assert flag in sub.output, flag
+
+
+def test_help_does_not_import_copier_or_torch():
+    code = (
+        "import sys; from scaffold.cli import app\n"
+        "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('copier', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.slow
+def test_smoke_check_reports_the_loss_falling(tmp_path):
+    result = invoke("new", str(tmp_path / "smoked"), "-y", "--task", "regression", "--smoke")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("smoke check"))
+    assert line.startswith("smoke check passed on cpu: loss ")
+    first, last = (float(v) for v in line.split("loss ")[1].split(" in ")[0].split(" -> "))
+    assert last < 0.01 * first

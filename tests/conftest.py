@@ -33,9 +33,9 @@ def combo_id(options: Options) -> str:
     return "-".join(flags)
 
 
-def render(dest: Path, options: Options = Options(), **kwargs):
+def render(dest: Path, options: Options | None = None, **kwargs):
     """Render `options` into dest; the project is named after dest's last part."""
-    return render_project(dest, *project_names(str(dest)), options, **kwargs)
+    return render_project(dest, *project_names(str(dest)), options or Options(), **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +62,7 @@ def project_env() -> dict:
     return env
 
 
-def run(command: list[str], cwd: Path, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+def run(command: list[str], cwd: Path, timeout: float = 300, **kwargs):
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kwargs
     )

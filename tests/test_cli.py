@@ -17,8 +17,9 @@ def invoke(*args: str, input: str | None = None):
     return runner.invoke(cli.app, list(args), input=input)
 
 
-def answers(project) -> dict:
-    return yaml.safe_load((project / ".copier-answers.yml").read_text())
+def answers(project, *keys: str) -> tuple:
+    recorded = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    return tuple(recorded[key] for key in keys)
 
 
 def test_non_interactive_run_renders_the_given_options(tmp_path):
@@ -28,9 +29,8 @@ def test_non_interactive_run_renders_the_given_options(tmp_path):
         "--clip", "--max-grad-norm", "0.5", "--early-stopping", "--patience", "4", "--no-smoke",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    got = answers(dest)
-    assert (got["task"], got["scheduler"], got["amp"], got["clip"]) == ("regression", "plateau", True, True)
-    assert (got["max_grad_norm"], got["patience"], got["package_name"]) == (0.5, 4, "demo_proj")
+    assert answers(dest, "task", "scheduler", "amp", "clip") == ("regression", "plateau", True, True)
+    assert answers(dest, "max_grad_norm", "patience", "package_name") == (0.5, 4, "demo_proj")
     assert "Created demo-proj: regression, plateau scheduler, AMP" in result.output
     assert "python -m demo_proj.train" in result.output
     assert (dest / "src" / "demo_proj" / "engine.py").is_file()
@@ -40,10 +40,8 @@ def test_without_a_terminal_defaults_are_taken_and_nothing_waits(tmp_path):
     # CliRunner's stdin is not a terminal: no prompt may be shown, even without -y.
     result = invoke("new", str(tmp_path / "plain"), "--no-smoke", input="")
     assert result.exit_code == 0, result.output
-    got = answers(tmp_path / "plain")
-    assert (got["task"], got["scheduler"], got["amp"], got["clip"], got["early_stopping"]) == (
-        "classification", "cosine", False, False, False,
-    )  # fmt: skip
+    got = answers(tmp_path / "plain", "task", "scheduler", "amp", "clip", "early_stopping")
+    assert got == ("classification", "cosine", False, False, False)
     assert "?" not in result.output and "[y/N]" not in result.output
 
 
@@ -53,10 +51,10 @@ def test_interactive_run_asks_each_question(tmp_path, monkeypatch):
     typed = "regression\nplateau\n3\ny\ny\n2.5\ny\n6\n7\n"
     result = invoke("new", str(tmp_path / "asked"), "--no-smoke", input=typed)
     assert result.exit_code == 0, result.output
-    got = answers(tmp_path / "asked")
-    assert got["task"] == "regression" and got["scheduler"] == "plateau"
-    assert (got["plateau_patience"], got["amp"], got["clip"], got["max_grad_norm"]) == (3, True, True, 2.5)
-    assert (got["early_stopping"], got["patience"], got["seed"]) == (True, 6, 7)
+    asked = tmp_path / "asked"
+    assert answers(asked, "task", "scheduler", "plateau_patience") == ("regression", "plateau", 3)
+    assert answers(asked, "amp", "clip", "max_grad_norm") == (True, True, 2.5)
+    assert answers(asked, "early_stopping", "patience", "seed") == (True, 6, 7)
     assert "What the model predicts" in result.output  # each question comes with its explanation
 
 
@@ -68,10 +66,8 @@ def test_interactive_run_skips_questions_answered_by_flags(tmp_path, monkeypatch
         "--early-stopping", "--patience", "3", "--no-smoke", input=typed,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    got = answers(tmp_path / "half")
-    assert (got["amp"], got["clip"], got["early_stopping"], got["patience"], got["seed"]) == (
-        False, False, True, 3, 42,
-    )  # fmt: skip
+    got = answers(tmp_path / "half", "amp", "clip", "early_stopping", "patience", "seed")
+    assert got == (False, False, True, 3, 42)
 
 
 @pytest.mark.parametrize(
@@ -156,8 +152,8 @@ def test_version_and_help():
     top = invoke("--help")
     assert top.exit_code == 0 and "new" in top.output
     sub = invoke("new", "--help")
-    for flag in ("--task", "--scheduler", "--amp", "--clip", "--max-grad-norm", "--early-stopping",
-                 "--patience", "--seed", "--defaults", "--smoke", "--force", "--quiet"):  # fmt: skip
+    flags = "--task --scheduler --amp --clip --max-grad-norm --early-stopping --patience --seed"
+    for flag in flags.split() + ["--defaults", "--smoke", "--force", "--quiet"]:
         assert flag in sub.output, flag
 
 

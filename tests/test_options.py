@@ -59,7 +59,8 @@ def test_patience_must_exceed_plateau_patience():
 
 
 def test_answers_carry_follow_up_values_only_when_switched_on():
-    assert set(Options().answers()) == {"task", "scheduler", "amp", "clip", "early_stopping", "seed"}
+    basic = {"task", "scheduler", "amp", "clip", "early_stopping", "seed"}
+    assert set(Options().answers()) == basic
     full = Options(scheduler="plateau", clip=True, early_stopping=True).answers()
     assert {"plateau_patience", "max_grad_norm", "patience"} <= set(full)
 

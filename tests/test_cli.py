@@ -29,8 +29,9 @@ def test_non_interactive_run_renders_the_given_options(tmp_path):
         "--clip", "--max-grad-norm", "0.5", "--early-stopping", "--patience", "4", "--no-smoke",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert answers(dest, "task", "scheduler", "amp", "clip") == ("regression", "plateau", True, True)
-    assert answers(dest, "max_grad_norm", "patience", "package_name") == (0.5, 4, "demo_proj")
+    assert answers(dest, "task", "scheduler", "amp") == ("regression", "plateau", True)
+    assert answers(dest, "clip", "max_grad_norm", "patience") == (True, 0.5, 4)
+    assert answers(dest, "package_name") == ("demo_proj",)
     assert "Created demo-proj: regression, plateau scheduler, AMP" in result.output
     assert "python -m demo_proj.train" in result.output
     assert (dest / "src" / "demo_proj" / "engine.py").is_file()

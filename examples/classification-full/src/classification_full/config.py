@@ -1,0 +1,166 @@
+"""Training configuration: typed defaults, then a TOML file, then command-line overrides."""
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used."""
+
+
+@dataclass
+class Config:
+    """Every setting of a run, with its default and what it does."""
+
+    # Data
+    data: str | None = None  # CSV file with a header row; None: built-in synthetic data
+    target: str = "target"  # name of the CSV column to predict; all others are features
+    val_fraction: float = 0.2  # share of the samples held out for validation
+    n_samples: int = 2048  # synthetic data: number of samples
+    n_features: int = 16  # synthetic data: number of features
+    n_classes: int = 4  # synthetic data: number of classes
+
+    # Model
+    hidden_dim: int = 64  # width of the hidden layers; multiples of 16 suit tensor cores
+    num_layers: int = 2  # number of hidden layers
+    dropout: float = 0.1  # dropout probability after each hidden layer
+
+    # Optimization
+    epochs: int = 20
+    batch_size: int = 64  # a multiple of 8 suits tensor cores
+    lr: float = 3e-3  # AdamW learning rate
+    weight_decay: float = 1e-2  # AdamW weight decay
+    plateau_patience: int = 2  # epochs without improvement before the LR drops
+    plateau_factor: float = 0.5  # the LR is multiplied by this when it drops
+    min_lr: float = 1e-6  # the plateau schedule never goes below this
+    max_grad_norm: float = 1.0  # gradients are rescaled to at most this total norm
+    amp_dtype: str = "auto"  # auto (bf16 where supported, else fp16), bfloat16 or float16
+    patience: int = 5  # epochs without improvement before training stops
+
+    # Run
+    seed: int = 42
+    device: str = "auto"  # auto (CUDA when available), cpu or cuda
+    deterministic: bool = True  # bitwise-repeatable runs; False lets cuDNN pick faster kernels
+    out: str = "runs/latest"  # folder for metrics.csv, last.pt and best.pt
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError for a value no run could use."""
+        checks = [
+            (0.0 < self.val_fraction < 1.0, "val_fraction must be between 0 and 1"),
+            (self.n_samples >= 2, "n_samples must be at least 2"),
+            (self.n_features >= 1, "n_features must be at least 1"),
+            (self.n_classes >= 2, "n_classes must be at least 2"),
+            (self.hidden_dim >= 1, "hidden_dim must be at least 1"),
+            (self.num_layers >= 0, "num_layers must be 0 or more"),
+            (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
+            (self.epochs >= 1, "epochs must be at least 1"),
+            (self.batch_size >= 1, "batch_size must be at least 1"),
+            (self.lr > 0.0, "lr must be greater than 0"),
+            (self.weight_decay >= 0.0, "weight_decay must be 0 or more"),
+            (self.min_lr >= 0.0, "min_lr must be 0 or more"),
+            (self.plateau_patience >= 0, "plateau_patience must be 0 or more"),
+            (0.0 < self.plateau_factor < 1.0, "plateau_factor must be between 0 and 1"),
+            (self.max_grad_norm > 0.0, "max_grad_norm must be greater than 0"),
+            (
+                self.amp_dtype in ("auto", "bfloat16", "float16"),
+                "amp_dtype must be auto, bfloat16 or float16",
+            ),
+            (self.patience >= 1, "patience must be at least 1"),
+            (
+                self.patience > self.plateau_patience,
+                "patience must be larger than plateau_patience, "
+                "or training stops before the learning rate is ever lowered",
+            ),
+            (self.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+
+def field_types() -> dict[str, typing.Any]:
+    """The declared type of each Config field."""
+    return typing.get_type_hints(Config)
+
+
+def convert(key: str, value: typing.Any) -> typing.Any:
+    """Check (or, for command-line strings, parse) one value against the type of its field."""
+    hints = field_types()
+    if key not in hints:
+        raise ConfigError(f"unknown setting '{key}'; known: {', '.join(hints)}")
+    expected = hints[key]
+    optional = typing.get_origin(expected) in (typing.Union, types.UnionType)
+    base = str if optional else expected
+    if isinstance(value, str) and base is not str:
+        value = _parse(key, value, base)
+    if optional and value in ("", None):
+        return None
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if type(value) is not base:
+        raise ConfigError(f"{key} must be {base.__name__}, got {value!r}")
+    return value
+
+
+def _parse(key: str, text: str, base: type) -> typing.Any:
+    if base is bool:
+        if text.lower() in ("true", "1", "yes", "on"):
+            return True
+        if text.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"{key} must be true or false, got {text!r}")
+    try:
+        return base(text)
+    except ValueError:
+        raise ConfigError(f"{key} must be {base.__name__}, got {text!r}") from None
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: typing.Iterable[str] = (),
+    base: dict[str, typing.Any] | None = None,
+) -> Config:
+    """Defaults (or `base`, e.g. a checkpoint's config), then the TOML file, then KEY=VALUE."""
+    values: dict[str, typing.Any] = dict(base or {})
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                values.update(tomllib.load(f))
+        except OSError as err:
+            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path} is not valid TOML: {err}") from None
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override '{item}' is not KEY=VALUE")
+        values[key.strip()] = value.strip()
+    return Config(**{key: convert(key, value) for key, value in values.items()})
+
+
+def dump_config(cfg: Config) -> str:
+    """The config as TOML, ready to save and pass back with --config."""
+    lines = []
+    for key, value in dataclasses.asdict(cfg).items():
+        if value is None:
+            lines.append(f"# {key} = (unset)")
+        elif isinstance(value, bool):
+            lines.append(f"{key} = {str(value).lower()}")
+        elif isinstance(value, str):
+            lines.append(f"{key} = {json.dumps(value)}")
+        else:
+            lines.append(f"{key} = {value!r}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,64 @@
+"""The task: predict a real number; mean squared error on a standardised target; RMSE and MAE."""
+
+import math
+
+import torch
+from torch import nn
+
+METRICS = ("rmse", "mae")  # validation metrics, after the loss, in metrics.csv
+
+
+def make_synthetic(cfg, generator: torch.Generator) -> tuple[torch.Tensor, list]:
+    """A noisy nonlinear function of two random projections of the features."""
+    features = torch.randn(cfg.n_samples, cfg.n_features, generator=generator)
+    weights = torch.randn(cfg.n_features, 2, generator=generator) / math.sqrt(cfg.n_features)
+    z = features @ weights
+    noise = cfg.noise * torch.randn(cfg.n_samples, generator=generator)
+    target = torch.sin(2.0 * z[:, 0]) + 0.5 * z[:, 1] ** 2 + noise
+    return features, target.tolist()
+
+
+class Task:
+    """One output; the loss is computed on the target standardised with training statistics."""
+
+    output_dim = 1
+
+    def __init__(self, target_mean: float, target_std: float) -> None:
+        self.target_mean = target_mean
+        self.target_std = target_std
+        self.criterion = nn.MSELoss()
+
+    @classmethod
+    def from_targets(cls, values: list, train_index: torch.Tensor) -> tuple["Task", torch.Tensor]:
+        """Standardise with the training split's mean and std, so validation leaks nothing."""
+        try:
+            target = torch.tensor([float(value) for value in values])
+        except ValueError as err:
+            raise ValueError(f"the target must be numeric for regression ({err})") from None
+        train = target[train_index]
+        mean = train.mean().item()
+        std = train.std().item() if len(train) > 1 else 1.0
+        std = std if std > 0 else 1.0
+        return cls(mean, std), (target - mean) / std
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Task":
+        return cls(state["target_mean"], state["target_std"])
+
+    def state_dict(self) -> dict:
+        return {"target_mean": self.target_mean, "target_std": self.target_std}
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.criterion(outputs.squeeze(-1), targets)
+
+    def batch_stats(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Sums over the batch in standardised units, kept on the device until the epoch ends."""
+        error = outputs.squeeze(-1).float() - targets
+        return {"squared_error": error.square().sum(), "absolute_error": error.abs().sum()}
+
+    def epoch_metrics(self, sums: dict[str, float], count: int) -> dict[str, float]:
+        """RMSE and MAE in the target's own units."""
+        return {
+            "rmse": math.sqrt(sums["squared_error"] / count) * self.target_std,
+            "mae": sums["absolute_error"] / count * self.target_std,
+        }

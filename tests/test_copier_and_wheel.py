@@ -1,0 +1,103 @@
+"""The template outside scaffold: plain `copier copy` of the repository, and a wheel install."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scaffold.options import Options
+from tests.conftest import PYTHON, REPO, render, run
+
+OPTIONS = Options(task="regression", scheduler="plateau", amp=True, clip=True, early_stopping=True)
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file's text by relative path, the copier answers file aside."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and rel != ".copier-answers.yml":
+            files[rel] = path.read_text()
+    return files
+
+
+def test_plain_copier_copy_renders_the_same_project_as_scaffold_new(tmp_path):
+    ours = render(tmp_path / "ours" / "same-name", OPTIONS).dest
+    data = {"project_name": "same-name", **OPTIONS.answers()}
+    flags = [f"--data={key}={str(value).lower()}" for key, value in data.items()]
+    # --vcs-ref=HEAD: the checkout's own version (by default copier takes the latest tag).
+    command = ["copier", "copy", "--defaults", "--vcs-ref=HEAD", *flags, str(REPO)]
+    theirs = tmp_path / "theirs" / "same-name"
+    result = run([*command, str(theirs)], tmp_path, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert tree(ours) == tree(theirs)
+    answers = yaml.safe_load((theirs / ".copier-answers.yml").read_text())
+    assert answers["_src_path"] == str(REPO) and answers["patience"] == 5
+
+
+def test_plain_copier_refuses_bad_patience(tmp_path):
+    data = ["-d", "project_name=x", "-d", "scheduler=plateau", "-d", "early_stopping=true"]
+    data += ["-d", "patience=2"]
+    command = [
+        "copier",
+        "copy",
+        "--defaults",
+        "--vcs-ref=HEAD",
+        *data,
+        str(REPO),
+        str(tmp_path / "x"),
+    ]
+    result = run(command, tmp_path, stdin=subprocess.DEVNULL)
+    assert result.returncode != 0
+    assert "must be larger than the plateau scheduler's" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_wheel_carries_the_template_and_renders_from_anywhere(tmp_path):
+    dist = tmp_path / "dist"
+    build = run([PYTHON, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)], REPO)
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = dist.glob("scaffold-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "scaffold/_template/copier.yml" in names
+    assert "scaffold/_template/template/src/{{package_name}}/engine.py.jinja" in names
+
+    # A fresh environment; torch, copier and typer come from this one, scaffold from the wheel.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    bin_dir = venv / "bin"
+    install = run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+        tmp_path,
+    )
+    assert install.returncode == 0, install.stderr
+    where = run(
+        [str(bin_dir / "python"), "-c", "import scaffold; print(scaffold.__file__)"], tmp_path
+    )
+    assert where.stdout.startswith(str(venv)), where.stdout
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    args = [
+        "new",
+        "from-wheel",
+        "-y",
+        "--no-smoke",
+        "--task",
+        "regression",
+        "--scheduler",
+        "plateau",
+    ]
+    args += ["--amp", "--clip", "--early-stopping"]
+    result = run([str(bin_dir / "scaffold"), *args], elsewhere, env=env)
+    assert result.returncode == 0, result.stderr
+    project = elsewhere / "from-wheel"
+    # pip byte-compiles the template's .py files; none of that may reach a project.
+    assert not [p for p in project.rglob("*") if "__pycache__" in p.parts or p.suffix == ".pyc"]
+    assert tree(project) == tree(render(tmp_path / "src" / "from-wheel", OPTIONS).dest)

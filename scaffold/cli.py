@@ -218,7 +218,9 @@ def _print_next_steps(dest: Path, package: str) -> None:
         f"  cd {where}\n"
         '  python -m venv .venv && . .venv/bin/activate && pip install -e ".[dev]"\n'
         f"  python -m {package}.train --epochs 20 --out runs/first\n"
-        "  python -m pytest -q"
+        "  python -m pytest -q\n"
+        "Its tests guard the training loop: a change that breaks one of the rules in its README\n"
+        "(zero_grad before backward, clipping before the step, ...) fails them, naming the rule."
     )
 
 

@@ -34,6 +34,7 @@ def test_non_interactive_run_renders_the_given_options(tmp_path):
     assert answers(dest, "package_name") == ("demo_proj",)
     assert "Created demo-proj: regression, plateau scheduler, AMP" in result.output
     assert "python -m demo_proj.train" in result.output
+    assert "Its tests guard the training loop" in result.output
     assert (dest / "src" / "demo_proj" / "engine.py").is_file()
 
 

@@ -16,14 +16,17 @@ def run(cfg, out: Path, **changes) -> tuple[bytes, dict]:
 def test_same_seed_gives_identical_metrics_and_weights(cfg, tmp_path):
     metrics_a, weights_a = run(cfg, tmp_path / "a")
     metrics_b, weights_b = run(cfg, tmp_path / "b")
-    assert metrics_a == metrics_b
+    assert metrics_a == metrics_b, "S1/S4: two runs with the same seed wrote different metrics"
     assert weights_a.keys() == weights_b.keys()
     for name in weights_a:
-        assert torch.equal(weights_a[name], weights_b[name]), name
+        assert torch.equal(weights_a[name], weights_b[name]), (
+            f"S1/S4: two runs with the same seed ended with different weights ({name})"
+        )
 
 
 def test_other_seed_gives_other_metrics_and_weights(cfg, tmp_path):
     metrics_a, weights_a = run(cfg, tmp_path / "a")
     metrics_b, weights_b = run(cfg, tmp_path / "b", seed=cfg.seed + 1)
-    assert metrics_a != metrics_b
-    assert not any(torch.equal(weights_a[name], weights_b[name]) for name in weights_a)
+    assert metrics_a != metrics_b, "S4: another seed wrote the same metrics"
+    same = [name for name in weights_a if torch.equal(weights_a[name], weights_b[name])]
+    assert not same, f"S4: another seed gave the same weights ({', '.join(same)})"

@@ -30,7 +30,7 @@ class LoopRecorder:
         self.events: list[Event] = []
         self.epoch, self.phase, self.batch = 0, "setup", -1
         self.model = None
-        self.optimizer = None
+        self.optimizers: list = []  # every optimizer built during the run
         self.scalers: list = []
         self.leaks: list[tuple[int, int, int]] = []  # (epoch, batch, graphs of older steps alive)
         self._markers: list = []
@@ -81,7 +81,6 @@ class LoopRecorder:
         return output + marker
 
     def _before_step(self, optimizer, args, kwargs):
-        self.optimizer = optimizer
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         norm = 0.0
         if grads:
@@ -119,6 +118,12 @@ class LoopRecorder:
 
                 mp.setattr(owner, name, recorded)
 
+            wrap(
+                torch.optim.Optimizer,
+                "__init__",
+                "optimizer_built",
+                lambda optimizer, *args, **kwargs: recorder.optimizers.append(optimizer) or {},
+            )
             wrap(torch.optim.Optimizer, "zero_grad", "zero_grad")
             wrap(torch.nn.Module, "zero_grad", "zero_grad")
             wrap(

@@ -1,0 +1,287 @@
+"""The silent training-loop bugs as code edits on a rendered project, and a runner for them.
+
+`python -m tests.mutants [--all] [--out docs/mutation-table.md]` renders projects, injects
+every bug that applies, runs each mutant's own test suite, and prints (and writes) the table
+of which test caught which bug. tests/test_mutations.py runs the same mutants under pytest.
+"""
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scaffold.options import Options
+
+
+class MutationError(Exception):
+    """A mutant that no longer matches the rendered code: the template changed under it."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    kind: str  # replace, delete, move_after, move_before
+    anchor: str  # text to replace, or text on the one line to delete or move
+    other: str = ""  # the replacement, or text on the line to move next to
+
+
+def _line_with(lines: list[str], text: str, file: str) -> int:
+    found = [i for i, line in enumerate(lines) if text in line]
+    if len(found) != 1:
+        raise MutationError(f"{file}: {len(found)} lines contain {text!r}, expected 1")
+    return found[0]
+
+
+def apply_edit(path: Path, edit: Edit) -> None:
+    source = path.read_text()
+    if edit.kind == "replace":
+        if source.count(edit.anchor) != 1:
+            raise MutationError(
+                f"{path.name}: {source.count(edit.anchor)} copies of {edit.anchor!r}"
+            )
+        path.write_text(source.replace(edit.anchor, edit.other))
+        return
+    lines = source.splitlines(keepends=True)
+    moved = lines.pop(_line_with(lines, edit.anchor, path.name))
+    if edit.kind != "delete":
+        target = _line_with(lines, edit.other, path.name)
+        indent = lines[target][: len(lines[target]) - len(lines[target].lstrip())]
+        at = target + 1 if edit.kind == "move_after" else target
+        lines.insert(at, indent + moved.lstrip())
+    path.write_text("".join(lines))
+
+
+def _always(options: Options) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Mutant:
+    rule: str
+    bug: str
+    file: str  # a module of the generated package
+    edits: tuple[Edit, ...]
+    applies: Callable[[Options], bool] = field(default=_always)
+
+    @property
+    def slug(self) -> str:
+        return f"{self.rule}-" + re.sub(r"[^a-z0-9]+", "-", self.bug.lower()).strip("-")
+
+
+_LOSS = "            loss = task.loss(outputs, targets)"
+
+
+def _amp(o: Options) -> bool:
+    return o.amp
+
+
+def _fp32(o: Options) -> bool:
+    return not o.amp
+
+
+MUTANTS = [
+    Mutant("R1", "optimizer built before model.to(device)", "train.py",
+           (Edit("move_after", "model.to(device)", "optimizer = build_optimizer(model, cfg)"),)),
+    Mutant("R2", "zero_grad after backward", "engine.py",
+           (Edit("move_after", "optimizer.zero_grad(", ".backward()"),)),
+    Mutant("R2", "zero_grad never called", "engine.py", (Edit("delete", "optimizer.zero_grad("),)),
+    Mutant("R3", "optimizer.step before backward", "engine.py",
+           (Edit("move_before", "optimizer.step()", ".backward()"),), _fp32),
+    Mutant("R3", "scaler.step before backward", "engine.py",
+           (Edit("move_before", "scaler.step(optimizer)", ".backward()"),), _amp),
+    Mutant("R4", "clipping before backward", "engine.py",
+           (Edit("move_before", "clip_grad_norm_(", ".backward()"),), lambda o: o.clip),
+    Mutant("R4", "clipping after optimizer.step", "engine.py",
+           (Edit("move_after", "clip_grad_norm_(", "optimizer.step()"),),
+           lambda o: o.clip and not o.amp),
+    Mutant("R4", "clipping after scaler.step", "engine.py",
+           (Edit("move_after", "clip_grad_norm_(", "scaler.step(optimizer)"),),
+           lambda o: o.clip and o.amp),
+    Mutant("R5", "clipping without unscale_", "engine.py",
+           (Edit("delete", "scaler.unscale_(optimizer)"),), lambda o: o.clip and o.amp),
+    Mutant("R5", "optimizer.step bypasses the scaler", "engine.py",
+           (Edit("replace", "scaler.step(optimizer)", "optimizer.step()"),), _amp),
+    Mutant("R5", "backward on the unscaled loss", "engine.py",
+           (Edit("replace", "scaler.scale(loss).backward()", "loss.backward()"),), _amp),
+    Mutant("R5", "scaler.update never called", "engine.py",
+           (Edit("delete", "scaler.update()"),), _amp),
+    Mutant("R6", "backward inside autocast", "engine.py",
+           (Edit("replace", _LOSS + "\n        scaler", _LOSS + "\n            scaler"),), _amp),
+    Mutant("R6", "GradScaler on with bf16", "train.py",
+           (Edit("replace", "enabled=amp_dtype == torch.float16", "enabled=True"),), _amp),
+    Mutant("R7", "cosine scheduler stepped every batch", "train.py",
+           (Edit("replace", "        scheduler.step()",
+                 "        for _ in range(len(train_batches)):\n            scheduler.step()"),),
+           lambda o: o.scheduler == "cosine"),
+    Mutant("R7", "cosine scheduler stepped before the epoch's updates", "train.py",
+           (Edit("move_before", "scheduler.step()", "train = train_one_epoch("),),
+           lambda o: o.scheduler == "cosine"),
+    Mutant("R8", "plateau step without the metric", "train.py",
+           (Edit("replace", 'scheduler.step(val["loss"])', "scheduler.step()"),),
+           lambda o: o.scheduler == "plateau"),
+    Mutant("R8", "plateau stepped with the training loss", "train.py",
+           (Edit("replace", 'scheduler.step(val["loss"])', 'scheduler.step(train["loss"])'),),
+           lambda o: o.scheduler == "plateau"),
+    Mutant("R8", "plateau mode max for a loss", "train.py",
+           (Edit("replace", 'mode="min"', 'mode="max"'),), lambda o: o.scheduler == "plateau"),
+    Mutant("R9", "model.train never called", "engine.py", (Edit("delete", "model.train()"),)),
+    Mutant("R10", "validation without no_grad", "engine.py",
+           (Edit("delete", "@torch.no_grad()"),)),
+    Mutant("R10", "validation without model.eval", "engine.py", (Edit("delete", "model.eval()"),)),
+    Mutant("R11", "loss tensor kept with its graph", "engine.py",
+           (Edit("replace", 'stats["loss"] = loss.detach() * n', 'stats["loss"] = loss * n'),)),
+    Mutant("R12", "per-batch averaging", "engine.py",
+           (Edit("replace", 'stats["loss"] = loss.detach() * n', 'stats["loss"] = loss.detach()'),
+            Edit("replace", "self.count += n", "self.count += 1"))),
+    Mutant("R13", "last weights kept instead of the best", "train.py",
+           (Edit("delete", 'load_checkpoint(out / "best.pt", device)'),),
+           lambda o: o.early_stopping),
+    Mutant("S1", "nothing seeded", "train.py",
+           (Edit("delete", "seed_everything(cfg.seed, cfg.deterministic)"),)),
+]  # fmt: skip
+
+# A covering set: each rule meets each option that changes how it is written
+# (AMP on and off, both schedulers, clipping on and off, early stopping on and off, both tasks).
+COVERING = [
+    Options(),
+    Options(scheduler="plateau", amp=True, clip=True, early_stopping=True),
+    Options(task="regression", amp=True, early_stopping=True),
+    Options(task="regression", scheduler="plateau", clip=True),
+]
+
+RULE_TAG = re.compile(r"\b([RSC]\d{1,2})(?=[:/,])")
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    combo: str
+    runs: bool  # imports, and its test suite ran to the end with failures, not errors
+    caught_by: list[str]  # tests whose failure names the mutant's rule
+    failed: list[str]  # every failing test
+    detail: str = ""
+
+    @property
+    def caught(self) -> bool:
+        return self.runs and bool(self.caught_by)
+
+
+def _failures(report: Path) -> dict[str, str]:
+    """Failing test name -> its failure message (not the traceback, whose source lines
+    quote the rule comments), from pytest's JUnit XML."""
+    failures = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for problem in list(case.iter("failure")) + list(case.iter("error")):
+            failures[case.get("name")] = problem.get("message", "")
+    return failures
+
+
+def run_mutant(project: Path, package: str, mutant: Mutant, combo: str, work: Path) -> Outcome:
+    """Copy the project, inject the bug, run the copy's own tests, and say what caught it."""
+    mutated = work / project.name
+    shutil.copytree(project, mutated, ignore=shutil.ignore_patterns("run", "__pycache__"))
+    for edit in mutant.edits:
+        apply_edit(mutated / "src" / package / mutant.file, edit)
+    env = {**_env(), "PYTHONPATH": "src"}
+    imports = subprocess.run(
+        [sys.executable, "-c", f"import {package}.train, {package}.overfit"],
+        cwd=mutated, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    if imports.returncode != 0:
+        return Outcome(mutant, combo, False, [], [], imports.stderr.strip()[-500:])
+    report = mutated / "report.xml"
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        cwd=mutated, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if tests.returncode not in (0, 1) or not report.exists():
+        return Outcome(mutant, combo, False, [], [], tests.stdout[-1500:] + tests.stderr[-500:])
+    failures = _failures(report)
+    caught_by = [
+        name for name, message in failures.items() if mutant.rule in RULE_TAG.findall(message)
+    ]
+    return Outcome(mutant, combo, tests.returncode == 1, sorted(caught_by), sorted(failures))
+
+
+def _env() -> dict:
+    import os
+
+    # Several mutants run at once on few cores; more torch threads than cores makes them spin.
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _label(names: list[str]) -> str:
+    """Test names, short: contract tests by their rules, parametrised runs merged."""
+    runs: dict[str, list[str]] = {}
+    for name in names:
+        base, _, param = name.removeprefix("test_").partition("[")
+        rules = re.match(r"((?:[RS]\d+_)+)", base)
+        label = "contract " + rules.group(1).rstrip("_") if rules else base
+        runs.setdefault(label, []).extend([param.rstrip("]")] if param else [])
+    return "<br>".join(f"{k} ({', '.join(v)})" if v else k for k, v in runs.items())
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """Markdown: one row per bug, one column per combination, the catching tests in each cell."""
+    combos = list(dict.fromkeys(o.combo for o in outcomes))
+    cells: dict[str, dict[str, str]] = {}
+    for o in outcomes:
+        key = f"{o.mutant.rule} | {o.mutant.bug}"
+        missed = "**NOT CAUGHT**" if o.runs else "**did not run**"
+        cells.setdefault(key, {})[o.combo] = _label(o.caught_by) if o.caught else missed
+    caught = sum(o.caught for o in outcomes)
+    lines = [
+        f"{caught} of {len(outcomes)} mutants caught, each by a test whose failure names the rule.",
+        "",
+        "| rule | bug injected | " + " | ".join(f"`{c}`" for c in combos) + " |",
+        "|---|---|" + "---|" * len(combos),
+    ]
+    for key, row in cells.items():
+        lines.append(f"| {key} | " + " | ".join(row.get(c, "n/a") for c in combos) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.conftest import COMBOS, combo_id, render
+
+    parser = argparse.ArgumentParser(prog="python -m tests.mutants", description=__doc__)
+    parser.add_argument(
+        "--all", action="store_true", help="every combination, not the covering set"
+    )
+    parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = []
+        for options in COMBOS if args.all else COVERING:
+            combo = combo_id(options)
+            project = render(Path(tmp) / "projects" / f"mut-{combo}", options).dest
+            package = project.name.replace("-", "_")
+            for mutant in MUTANTS:
+                if mutant.applies(options):
+                    work = Path(tmp) / "work" / f"{combo}-{mutant.slug}"
+                    jobs.append((project, package, mutant, combo, work))
+        with ThreadPoolExecutor(args.jobs) as pool:
+            outcomes = list(pool.map(lambda job: run_mutant(*job), jobs))
+    text = table(outcomes)
+    print(text)
+    if args.out:
+        header = (
+            "# Mutation table\n\nEach row is a silent training-loop bug injected into a rendered "
+            "project; each cell names the generated\ntests that failed with that rule in their "
+            "message. Regenerate with `python -m tests.mutants --out docs/mutation-table.md`.\n\n"
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(header + text)
+    return 0 if all(o.caught for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

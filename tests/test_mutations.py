@@ -1,0 +1,34 @@
+"""The mutation suite: each silent loop bug, injected into a render, fails a test naming it."""
+
+import pytest
+
+from tests.conftest import combo_id
+from tests.mutants import COVERING, MUTANTS, run_mutant
+
+CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
+
+
+def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
+    rules = {m.rule for m in MUTANTS}
+    assert rules == {f"R{i}" for i in range(1, 14)} | {"S1"}
+    for mutant in MUTANTS:
+        assert any(mutant.applies(o) for o in COVERING), mutant.bug
+    # Each switch that changes how rules are written is seen both on and off.
+    for name in ("amp", "clip", "early_stopping"):
+        assert {getattr(o, name) for o in COVERING} == {False, True}, name
+    assert {o.scheduler for o in COVERING} == {"cosine", "plateau"}
+    assert {o.task for o in COVERING} == {"classification", "regression"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options, mutant", CASES, ids=[f"{combo_id(o)}:{m.slug}" for o, m in CASES]
+)
+def test_mutant_is_caught_by_a_test_naming_its_rule(render_combo, tmp_path, options, mutant):
+    project = render_combo(options).dest
+    package = project.name.replace("-", "_")
+    outcome = run_mutant(project, package, mutant, combo_id(options), tmp_path)
+    assert outcome.runs, f"the mutant must import and run its tests: {outcome.detail}"
+    assert outcome.caught_by, (
+        f"{mutant.rule} ({mutant.bug}) not caught by a test naming it; failing: {outcome.failed}"
+    )

@@ -242,7 +242,8 @@ def table(outcomes: list[Outcome]) -> str:
         "| rule | bug injected | " + " | ".join(f"`{c}`" for c in combos) + " |",
         "|---|---|" + "---|" * len(combos),
     ]
-    for key, row in cells.items():
+    order = [f"{m.rule} | {m.bug}" for m in MUTANTS]
+    for key, row in sorted(cells.items(), key=lambda item: order.index(item[0])):
         lines.append(f"| {key} | " + " | ".join(row.get(c, "n/a") for c in combos) + " |")
     return "\n".join(lines) + "\n"
 

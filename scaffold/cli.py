@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from scaffold import __version__
-from scaffold.errors import ScaffoldError
+from scaffold.errors import ScaffoldError, UsageError
 from scaffold.options import HELP, Options, project_names
 
 
@@ -146,6 +146,16 @@ def new(
             "(default: on when torch is importable).",
         ),
     ] = None,
+    template: Annotated[
+        str | None,
+        typer.Option(
+            help="Render another copier template (a path or git URL, e.g. your team's fork); "
+            "options not given take that template's defaults, and nothing is asked.",
+        ),
+    ] = None,
+    vcs_ref: Annotated[
+        str | None, typer.Option(help="With --template: the git tag, branch or commit to use.")
+    ] = None,
     force: Annotated[
         bool,
         typer.Option(
@@ -172,16 +182,24 @@ def new(
         "patience": patience,
         "seed": seed,
     }
-    options = resolve_options(given, interactive=stdin_is_interactive() and not defaults)
-
     from scaffold import smoke as smoke_check  # no torch import: find_spec only
     from scaffold.render import render_project  # imports copier
+    from scaffold.source import user_source
+
+    if template is None:
+        if vcs_ref is not None:
+            raise UsageError("--vcs-ref goes with --template")
+        options = resolve_options(given, interactive=stdin_is_interactive() and not defaults)
+        source = None
+    else:
+        options = {key: value for key, value in given.items() if value is not None}
+        source = user_source(template, vcs_ref)
 
     started = time.perf_counter()
-    result = render_project(dest, project_name, package_name, options, force=force)
+    result = render_project(dest, project_name, package_name, options, force=force, source=source)
     seconds = time.perf_counter() - started
     if not quiet:
-        typer.echo(f"Created {project_name}: {options.describe()}")
+        typer.echo(f"Created {project_name}: {describe_answers(result.answers)}")
         typer.echo(f"  {len(result.files)} files in {result.dest} ({seconds:.1f} s)")
         for backup in result.backups:
             typer.echo(f"  kept your earlier {backup.with_suffix('')} as {backup}")
@@ -206,6 +224,88 @@ def new(
     if not quiet:
         _print_next_steps(result.dest, package_name)
     return exit_code
+
+
+def describe_answers(answers: dict) -> str:
+    """What a project was rendered with, as its answers file records it."""
+    known = {k: v for k, v in answers.items() if k in Options.__dataclass_fields__}
+    return Options(**known).describe()
+
+
+@app.command()
+def update(
+    path: Annotated[
+        Path, typer.Argument(metavar="PATH", help="The generated project (default: here).")
+    ] = Path("."),
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Change an answer, e.g. --set amp=true or --set scheduler=plateau (repeatable).",
+        ),
+    ] = None,
+    to: Annotated[
+        str | None, typer.Option(metavar="REF", help="Template tag, branch or commit to update to.")
+    ] = None,
+    template: Annotated[
+        str | None,
+        typer.Option(help="Take the new version from this template source (path or git URL)."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Only report whether a newer template exists.")
+    ] = False,
+) -> int:
+    """Update a generated project to the current template, keeping your edits.
+
+    The project must be committed in git. Conflicting edits are left inline between
+    <<<<<<< and >>>>>>> markers and listed; the exit code is then 1.
+    """
+    from scaffold import update as updater  # imports copier
+
+    project = path.absolute()
+    if check:
+        current, available, newer = updater.check_for_update(project, template, to)
+        if newer is None:
+            typer.echo(f"on template {current}; cannot tell what the source offers offline")
+            return 0
+        typer.echo(
+            f"a newer template is available: {current} -> {available}"
+            if newer
+            else f"up to date with template {current}"
+        )
+        return 0
+    sets = updater.parse_sets(set_ or [])
+    result = updater.update_project(project, sets, to=to, template=template)
+    if result.repointed:
+        typer.echo(f"recorded the template source {result.repointed} (committed)")
+    before, after = updater.short(result.before), updater.short(result.after)
+    what = f"template {before} -> {after}" if before != after else f"template {after}"
+    typer.echo(f"Updated {project.name}: {what}; now {describe_answers(result_answers(project))}")
+    if result.conflicts:
+        typer.echo(
+            f"{len(result.conflicts)} file(s) with conflicts, marked inline between "
+            "'<<<<<<< before updating' and '>>>>>>> after updating':",
+            err=True,
+        )
+        for name in result.conflicts:
+            typer.echo(f"  {name}", err=True)
+        typer.echo(
+            "Resolve them, run python -m pytest -q, then git add -A && git commit.", err=True
+        )
+        return 1
+    if result.changed:
+        typer.echo(f"{len(result.changed)} file(s) changed; review with git diff, run")
+        typer.echo("python -m pytest -q, then git add -A && git commit.")
+    else:
+        typer.echo("Nothing changed.")
+    return 0
+
+
+def result_answers(project: Path) -> dict:
+    from scaffold.render import read_answers
+
+    return read_answers(project)
 
 
 def _print_next_steps(dest: Path, package: str) -> None:

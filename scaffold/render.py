@@ -13,6 +13,7 @@ from pathlib import Path
 
 from scaffold.errors import ScaffoldError, UsageError
 from scaffold.options import Options
+from scaffold.source import Source, builtin_source
 
 ANSWERS_FILE = ".copier-answers.yml"
 
@@ -21,37 +22,37 @@ ANSWERS_FILE = ".copier-answers.yml"
 class RenderResult:
     dest: Path
     files: list[Path]  # rendered files, relative to dest
+    answers: dict  # as recorded in the project's answers file
     backups: list[Path] = field(default_factory=list)  # user files moved aside by --force
 
 
-def builtin_template() -> tuple[str, str | None]:
-    """scaffold's own template: (source, vcs_ref) for copier.
+def read_answers(project: Path) -> dict:
+    """The answers a project was rendered with, as copier recorded them."""
+    import yaml  # a dependency of copier
 
-    A wheel carries it as plain files in scaffold/_template. In a source checkout the
-    repository root is the template; copier would render its latest tag, so ask for HEAD.
-    """
-    here = Path(__file__).resolve().parent
-    packaged = here / "_template"
-    if (packaged / "copier.yml").is_file():
-        return str(packaged), None
-    root = here.parent
-    if not (root / "copier.yml").is_file():
-        raise ScaffoldError(f"scaffold's template is missing (looked in {packaged} and {root})")
-    return str(root), "HEAD" if (root / ".git").exists() else None
+    try:
+        return yaml.safe_load((project / ANSWERS_FILE).read_text()) or {}
+    except FileNotFoundError:
+        raise ScaffoldError(f"{project} has no {ANSWERS_FILE}: not a generated project") from None
 
 
 def render_project(
     dest: str | Path,
     project_name: str,
     package_name: str,
-    options: Options,
+    options: Options | dict,
     *,
     force: bool = False,
-    template: str | None = None,
-    vcs_ref: str | None = None,
+    source: Source | None = None,
 ) -> RenderResult:
-    """Render the template for `options` into `dest`; on any failure `dest` is left as it was."""
-    options.validate()
+    """Render the template into `dest`; on any failure `dest` is left as it was.
+
+    Options are checked here; a plain dict of answers (for another template, whose own
+    defaults fill the gaps) is left to that template's validators.
+    """
+    if isinstance(options, Options):
+        options.validate()
+        options = options.answers()
     dest = Path(dest).absolute()
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest} exists and is not a folder")
@@ -59,28 +60,23 @@ def render_project(
         raise UsageError(
             f"{dest} exists and is not empty; --force renders into it, keeping your files"
         )
-    if template is None:
-        template, vcs_ref = builtin_template()
-
-    data = {
-        "project_name": project_name,
-        "package_name": package_name,
-        **options.answers(),
-    }
+    source = source or builtin_source()
+    data = {"project_name": project_name, "package_name": package_name, **options}
     dest.parent.mkdir(parents=True, exist_ok=True)
     # Beside DEST, so the final move is a rename on the same filesystem.
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".scaffold", dir=dest.parent))
     try:
         rendered = staging / dest.name
-        _run_copier(template, rendered, data, vcs_ref)
+        _run_copier(source, rendered, data)
         files = sorted(p.relative_to(rendered) for p in rendered.rglob("*") if p.is_file())
+        answers = read_answers(rendered)
         backups = _move_into_place(rendered, dest, files)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return RenderResult(dest, files, backups)
+    return RenderResult(dest, files, answers, backups)
 
 
-def _run_copier(template: str, out: Path, data: dict, vcs_ref: str | None) -> None:
+def _run_copier(source: Source, out: Path, data: dict) -> None:
     import copier
     from copier.errors import CopierError
 
@@ -89,11 +85,11 @@ def _run_copier(template: str, out: Path, data: dict, vcs_ref: str | None) -> No
             # A source checkout with uncommitted edits renders them, and copier warns each time.
             warnings.simplefilter("ignore")
             copier.run_copy(
-                template,
+                source.path,
                 out,
                 data=data,
                 defaults=True,  # never prompt: an unanswered question would hang or fail
-                vcs_ref=vcs_ref,
+                vcs_ref=source.ref,
                 settings=copier.Settings(),  # ignore the user's copier defaults file
                 quiet=True,
                 overwrite=True,

@@ -184,13 +184,13 @@ def new(
     }
     from scaffold import smoke as smoke_check  # no torch import: find_spec only
     from scaffold.render import render_project  # imports copier
-    from scaffold.source import user_source
+    from scaffold.source import builtin_source, has_uncommitted_template, user_source
 
     if template is None:
         if vcs_ref is not None:
             raise UsageError("--vcs-ref goes with --template")
         options = resolve_options(given, interactive=stdin_is_interactive() and not defaults)
-        source = None
+        source = builtin_source()
     else:
         options = {key: value for key, value in given.items() if value is not None}
         source = user_source(template, vcs_ref)
@@ -200,6 +200,12 @@ def new(
     seconds = time.perf_counter() - started
     if not quiet:
         typer.echo(f"Created {project_name}: {describe_answers(result.answers)}")
+        if has_uncommitted_template(source):
+            typer.echo(
+                "  warning: rendered from uncommitted template edits; the project records a "
+                "commit that exists nowhere, so scaffold update will not work for it",
+                err=True,
+            )
         typer.echo(f"  {len(result.files)} files in {result.dest} ({seconds:.1f} s)")
         for backup in result.backups:
             typer.echo(f"  kept your earlier {backup.with_suffix('')} as {backup}")
@@ -262,6 +268,7 @@ def update(
     <<<<<<< and >>>>>>> markers and listed; the exit code is then 1.
     """
     from scaffold import update as updater  # imports copier
+    from scaffold.render import read_answers
 
     project = path.absolute()
     if check:
@@ -281,7 +288,7 @@ def update(
         typer.echo(f"recorded the template source {result.repointed} (committed)")
     before, after = updater.short(result.before), updater.short(result.after)
     what = f"template {before} -> {after}" if before != after else f"template {after}"
-    typer.echo(f"Updated {project.name}: {what}; now {describe_answers(result_answers(project))}")
+    typer.echo(f"Updated {project.name}: {what}; now {describe_answers(read_answers(project))}")
     if result.conflicts:
         typer.echo(
             f"{len(result.conflicts)} file(s) with conflicts, marked inline between "
@@ -300,12 +307,6 @@ def update(
     else:
         typer.echo("Nothing changed.")
     return 0
-
-
-def result_answers(project: Path) -> dict:
-    from scaffold.render import read_answers
-
-    return read_answers(project)
 
 
 def _print_next_steps(dest: Path, package: str) -> None:

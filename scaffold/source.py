@@ -52,6 +52,15 @@ def builtin_source() -> Source:
     raise ScaffoldError(f"scaffold's template is missing (looked in {PACKAGED} and {CHECKOUT})")
 
 
+def has_uncommitted_template(source: Source) -> bool:
+    """A checkout whose template has uncommitted edits: copier renders them, but records a
+    commit that exists only in its temporary clone, so the project cannot be updated later."""
+    path = Path(source.path)
+    if source.ref != "HEAD" or not (path / ".git").exists():
+        return False
+    return bool(_git("-C", str(path), "status", "--porcelain", "--", "copier.yml", "template"))
+
+
 def install_bundle() -> Path:
     """Copy the wheel's bundle to SCAFFOLD_HOME unless a longer history is already there."""
     home = scaffold_home()

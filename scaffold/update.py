@@ -146,6 +146,11 @@ def update_project(
             )
     except (CopierError, ValueError) as err:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "Unknown revision" in message:
+            message += (
+                f" (the project records template commit {answers.get('_commit')}, which "
+                f"{source.path} does not have; was it rendered from uncommitted template edits?)"
+            )
         raise ScaffoldError(f"copier could not update the project: {message}") from None
 
     conflicts = git(project, "diff", "--name-only", "--diff-filter=U").splitlines()

@@ -4,6 +4,7 @@ import itertools
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,14 @@ from scaffold.options import Options, project_names
 from scaffold.render import render_project
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    # A wheel-installed scaffold keeps its template history under SCAFFOLD_HOME: never the
+    # real home folder in tests (subprocesses inherit this too).
+    if "SCAFFOLD_HOME" not in os.environ:
+        os.environ["SCAFFOLD_HOME"] = tempfile.mkdtemp(prefix="scaffold-home-")
+
 
 # Every combination scaffold offers: task x scheduler x AMP x clipping x early stopping.
 COMBOS = [

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from scaffold.options import Options
+from scaffold.source import Source
 from tests.conftest import PYTHON, REPO, render, run
 
 OPTIONS = Options(task="regression", scheduler="plateau", amp=True, clip=True, early_stopping=True)
@@ -59,13 +60,17 @@ def test_plain_copier_refuses_bad_patience(tmp_path):
 
 @pytest.mark.slow
 def test_wheel_carries_the_template_and_renders_from_anywhere(tmp_path):
+    # Built from a clone: the wheel's bundle holds committed history, so compare like with like.
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     dist = tmp_path / "dist"
-    build = run([PYTHON, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)], REPO)
+    build = run([PYTHON, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)], clone)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = dist.glob("scaffold-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "scaffold/_template/copier.yml" in names
     assert "scaffold/_template/template/src/{{package_name}}/engine.py.jinja" in names
+    assert "scaffold/_template/template.bundle" in names  # the history `scaffold update` needs
 
     # A fresh environment; torch, copier and typer come from this one, scaffold from the wheel.
     venv = tmp_path / "venv"
@@ -100,4 +105,5 @@ def test_wheel_carries_the_template_and_renders_from_anywhere(tmp_path):
     project = elsewhere / "from-wheel"
     # pip byte-compiles the template's .py files; none of that may reach a project.
     assert not [p for p in project.rglob("*") if "__pycache__" in p.parts or p.suffix == ".pyc"]
-    assert tree(project) == tree(render(tmp_path / "src" / "from-wheel", OPTIONS).dest)
+    from_clone = render(tmp_path / "src" / "from-wheel", OPTIONS, source=Source(str(clone), "HEAD"))
+    assert tree(project) == tree(from_clone.dest)

@@ -9,7 +9,9 @@ repetitions. Results go to benchmarks/results/ (results.md and chart.png).
 """
 
 import argparse
+import contextlib
 import importlib
+import io
 import os
 import platform
 import random
@@ -113,7 +115,8 @@ def fit_loop(project: Project, cfg):
     """(b, whole run): train.fit, with validation, metrics.csv and checkpoints every epoch."""
 
     def run(epochs: int) -> int:
-        project.train.fit(replace(cfg, epochs=epochs))
+        with contextlib.redirect_stdout(io.StringIO()):  # fit prints a line per epoch
+            project.train.fit(replace(cfg, epochs=epochs))
         return epochs * -(-int(cfg.n_samples * (1 - cfg.val_fraction)) // cfg.batch_size)
 
     return run

@@ -42,9 +42,9 @@ def train_one_epoch(
     amp_dtype: torch.dtype,
     max_grad_norm: float,
 ) -> dict[str, float]:
-    """One pass over `batches`, one optimizer step per batch; returns per-sample means."""
+    """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss."""
     model.train()  # R9: evaluate() left the model in eval mode
-    sums = EpochSums(task)
+    losses, sizes = [], []
     for inputs, targets in batches:
         optimizer.zero_grad(set_to_none=True)  # R2: drop the last step's gradients before backward
         # R6: autocast covers the forward pass and the loss only, never backward or the step.
@@ -57,8 +57,12 @@ def train_one_epoch(
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         scaler.step(optimizer)  # R5: skips the update when the gradients overflowed
         scaler.update()
-        sums.add(loss, outputs, targets)
-    return sums.compute()
+        # R11: detached, so no graph is kept; nothing is read from the device until the end.
+        losses.append(loss.detach())
+        sizes.append(len(targets))
+    # R12: weighted by batch size, so a smaller last batch counts for the samples it holds.
+    weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
+    return {"loss": (torch.stack(losses).double() * weights).sum().item() / sum(sizes)}
 
 
 @torch.no_grad()  # R10: no autograd graph is built or kept during validation

@@ -1,0 +1,30 @@
+"""The benchmark's quick mode runs end to end, so its code cannot rot (no speed is asserted)."""
+
+import re
+
+import pytest
+
+from tests.conftest import PYTHON, REPO, run
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_benchmark_writes_a_table_and_a_chart(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/run.py", "--quick", "--out", str(tmp_path)], REPO, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "results.md").read_text()
+    for loop in (
+        "(a) floor",
+        "(b) generated",
+        "(b) generated, clipping",
+        "(c) textbook DataLoader",
+    ):
+        for task in ("cla", "reg"):
+            assert re.search(rf"\| {task} default \| {re.escape(loop)} \| \d+\.\d\d \(", table), (
+                loop
+            )
+    assert "| ratio scaffold new / copier copy |" in table and "| scaffold --help |" in table
+    assert "torch " in table.splitlines()[2]  # the machine line names torch and its threads
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

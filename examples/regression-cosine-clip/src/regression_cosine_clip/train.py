@@ -30,7 +30,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # The fused kernel updates every parameter in one pass: faster on the CPU and on CUDA,
+    # and it needs the parameters already on their device (R1).
+    fused = next(model.parameters()).device.type in ("cpu", "cuda")
+    return torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused
+    )
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Config):

@@ -9,6 +9,12 @@ class ScaffoldError(Exception):
         self.exit_code = exit_code
 
 
+def first_line(err: Exception) -> str:
+    """The first line of an exception's message, or its type when it has none."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 class UsageError(ScaffoldError):
     """Bad arguments: exit code 2, nothing written."""
 

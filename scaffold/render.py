@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaffold.errors import ScaffoldError, UsageError
+from scaffold.errors import ScaffoldError, UsageError, first_line
 from scaffold.options import Options
 from scaffold.source import Source, builtin_source
 
@@ -95,8 +95,7 @@ def _run_copier(source: Source, out: Path, data: dict) -> None:
                 overwrite=True,
             )
     except (CopierError, ValueError) as err:  # copier reports bad answers as ValueError
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ScaffoldError(f"copier could not render the template: {message}") from None
+        raise ScaffoldError(f"copier could not render the template: {first_line(err)}") from None
 
 
 def _move_into_place(rendered: Path, dest: Path, files: list[Path]) -> list[Path]:

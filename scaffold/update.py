@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from scaffold.errors import ScaffoldError, UsageError
+from scaffold.errors import ScaffoldError, UsageError, first_line
 from scaffold.options import Options
 from scaffold.render import ANSWERS_FILE, read_answers
 from scaffold.source import Source, builtin_source, resolve_commit, user_source
@@ -38,13 +38,13 @@ def parse_sets(items: list[str]) -> dict:
         if not sep or key not in CHANGEABLE:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE with KEY one of: {valid}")
         kind = CHANGEABLE[key]
-        if kind in (bool, "bool"):
+        if kind is bool:
             if text.lower() not in ("true", "false", "yes", "no", "on", "off", "1", "0"):
                 raise UsageError(f"--set {key}: expected true or false, not {text!r}")
             values[key] = text.lower() in ("true", "yes", "on", "1")
-        elif kind in (int, "int", float, "float"):
+        elif kind in (int, float):
             try:
-                values[key] = (int if kind in (int, "int") else float)(text)
+                values[key] = kind(text)
             except ValueError:
                 raise UsageError(f"--set {key}: expected a number, not {text!r}") from None
         else:
@@ -91,7 +91,8 @@ def update_source(answers: dict, template: str | None, to: str | None) -> Source
         return user_source(template, to)
     recorded = answers.get("_src_path", "")
     builtin = builtin_source()
-    if recorded == builtin.path or not Path(recorded).exists() and "://" not in recorded:
+    missing_local_copy = not Path(recorded).exists() and "://" not in recorded
+    if recorded == builtin.path or missing_local_copy:
         # scaffold's own template (or a recorded copy of it that is gone): this installation's.
         return Source(builtin.path, to or builtin.ref)
     return Source(recorded, to)
@@ -145,7 +146,7 @@ def update_project(
                 quiet=True,
             )
     except (CopierError, ValueError) as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        message = first_line(err)
         if "Unknown revision" in message:
             message += (
                 f" (the project records template commit {answers.get('_commit')}, which "

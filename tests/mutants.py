@@ -6,6 +6,7 @@ of which test caught which bug. tests/test_mutations.py runs the same mutants un
 """
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -213,8 +214,6 @@ def run_mutant(project: Path, package: str, mutant: Mutant, combo: str, work: Pa
 
 
 def _env() -> dict:
-    import os
-
     # Several mutants run at once on few cores; more torch threads than cores makes them spin.
     return {**os.environ, "OMP_NUM_THREADS": "1"}
 

@@ -94,7 +94,8 @@ def test_R4_clipping_comes_after_backward_and_before_the_step(run):
         assert "backward" in names[:clip], f"R4: gradients clipped before backward() {where}"
         assert UPDATE in names[clip:], f"R4: gradients clipped after optimizer.step() {where}"
         for event in events:
-            if event.name == "step":
+            # Non-finite gradients are fp16 overflow: the scaler skips that update by design.
+            if event.name == "step" and math.isfinite(event.info["grad_norm"]):
                 limit = cfg.max_grad_norm * (1 + 1e-3)
                 assert event.info["grad_norm"] <= limit, (
                     f"R4: the step used a gradient norm of {event.info['grad_norm']:.4g}, "

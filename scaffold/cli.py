@@ -91,13 +91,26 @@ def resolve_options(given: dict, interactive: bool) -> Options:
     defaults = Options()
     values = {}
 
+    def offered(name: str):
+        default = getattr(defaults, name)
+        if name == "patience" and values.get("scheduler") == "plateau":
+            # Early stopping must wait longer than the plateau scheduler: offer a valid default.
+            default = max(default, values.get("plateau_patience", defaults.plateau_patience) + 1)
+        return default
+
     def pick(name: str, choices: tuple[str, ...] | None = None):
         if given.get(name) is not None:
             values[name] = given[name]
         elif interactive:
-            values[name] = _ask(name, getattr(defaults, name), choices)
+            while True:  # ask again until the answers so far make a valid project
+                values[name] = _ask(name, offered(name), choices)
+                try:
+                    Options(**{"patience": offered("patience"), **values}).validate()
+                    break
+                except UsageError as err:
+                    typer.echo(f"  {err}", err=True)
         else:
-            values[name] = getattr(defaults, name)
+            values[name] = offered(name)
         return values[name]
 
     pick("task", tuple(t.value for t in Task))

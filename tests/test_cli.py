@@ -60,6 +60,17 @@ def test_interactive_run_asks_each_question(tmp_path, monkeypatch):
     assert "What the model predicts" in result.output  # each question comes with its explanation
 
 
+def test_interactive_run_asks_again_for_an_invalid_patience(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
+    # task, scheduler, plateau patience 6, amp, clip, early stopping, patience 4 (refused), 8, seed
+    typed = "classification\nplateau\n6\nn\nn\ny\n4\n8\n\n"
+    result = invoke("new", str(tmp_path / "again"), "--no-smoke", input=typed)
+    assert result.exit_code == 0, result.output
+    assert "--patience (4) must be larger than --plateau-patience (6)" in result.output
+    assert "patience [7]" in result.output  # the default offered is a valid one
+    assert answers(tmp_path / "again", "plateau_patience", "patience") == (6, 8)
+
+
 def test_interactive_run_skips_questions_answered_by_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
     typed = "n\nn\n\n"  # amp, clip, seed (Enter takes the default)

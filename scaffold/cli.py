@@ -162,12 +162,14 @@ def new(
     template: Annotated[
         str | None,
         typer.Option(
+            metavar="SRC",
             help="Render another copier template (a path or git URL, e.g. your team's fork); "
             "options not given take that template's defaults, and nothing is asked.",
         ),
     ] = None,
     vcs_ref: Annotated[
-        str | None, typer.Option(help="With --template: the git tag, branch or commit to use.")
+        str | None,
+        typer.Option(metavar="REF", help="With --template: the git tag, branch or commit to use."),
     ] = None,
     force: Annotated[
         bool,
@@ -269,7 +271,9 @@ def update(
     ] = None,
     template: Annotated[
         str | None,
-        typer.Option(help="Take the new version from this template source (path or git URL)."),
+        typer.Option(
+            metavar="SRC", help="Take the new version from this template source (path or git URL)."
+        ),
     ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Only report whether a newer template exists.")

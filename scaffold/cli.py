@@ -285,13 +285,12 @@ def update(
     <<<<<<< and >>>>>>> markers and listed; the exit code is then 1.
     """
     from scaffold import update as updater  # imports copier
-    from scaffold.render import read_answers
 
     project = path.absolute()
     if check:
         current, available, newer = updater.check_for_update(project, template, to)
-        if newer is None:
-            typer.echo(f"on template {current}; cannot tell what the source offers offline")
+        if newer is None:  # a hash on a remote that is no branch or tag tip
+            typer.echo(f"on template {current}; whether {available} is newer shows on update")
             return 0
         typer.echo(
             f"a newer template is available: {current} -> {available}"
@@ -301,11 +300,14 @@ def update(
         return 0
     sets = updater.parse_sets(set_ or [])
     result = updater.update_project(project, sets, to=to, template=template)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
     if result.repointed:
         typer.echo(f"recorded the template source {result.repointed} (committed)")
     before, after = updater.short(result.before), updater.short(result.after)
     what = f"template {before} -> {after}" if before != after else f"template {after}"
-    typer.echo(f"Updated {project.name}: {what}; now {describe_answers(read_answers(project))}")
+    now = describe_answers(updater.read_project_answers(project))
+    typer.echo(f"Updated {project.name}: {what}; now {now}")
     if result.conflicts:
         typer.echo(
             f"{len(result.conflicts)} file(s) with conflicts, marked inline between "

@@ -2,9 +2,12 @@
 
 The project must be a clean git work tree: copier computes the user's edits as the diff
 between the project and a fresh render of the old version, and re-applies them on the new one.
+Everything that can be checked is checked before the project changes, and a failure after that
+puts back the exact commit and tree the project had: an update applies whole or not at all.
 """
 
 import dataclasses
+import json
 import re
 import subprocess
 import warnings
@@ -13,10 +16,19 @@ from pathlib import Path
 
 from scaffold.errors import ScaffoldError, UsageError, first_line
 from scaffold.options import Options
-from scaffold.render import ANSWERS_FILE, read_answers
-from scaffold.source import Source, builtin_source, resolve_commit, user_source
+from scaffold.render import ANSWERS_FILE
+from scaffold.source import (
+    History,
+    Source,
+    builtin_source,
+    has_uncommitted_template,
+    is_builtin_location,
+    is_remote,
+    user_source,
+)
 
 CHANGEABLE = {f.name: f.type for f in dataclasses.fields(Options)}
+HASH = re.compile(r"[0-9a-f]{7,40}")
 
 
 @dataclass
@@ -26,6 +38,18 @@ class UpdateResult:
     changed: list[str]  # files the update changed, added or deleted
     conflicts: list[str]  # files left with conflict markers
     repointed: str | None = None  # a new template source recorded (and committed) first
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the user should know
+
+
+@dataclass
+class Plan:
+    """What an update will do, known before anything changes."""
+
+    source: Source  # the new version: what the project will record, and the ref to render
+    current: str  # the template commit the project records
+    target: str | None  # full hash of the new version; None when only a fetch could tell
+    current_hash: str | None  # full hash of the recorded commit, when the source lists it
+    notes: list[str]  # why the recorded source changes, or what was left out
 
 
 def parse_sets(items: list[str]) -> dict:
@@ -55,7 +79,9 @@ def parse_sets(items: list[str]) -> dict:
 def git(project: Path, *args: str, check: bool = True) -> str:
     result = subprocess.run(["git", *args], cwd=project, capture_output=True, text=True)
     if check and result.returncode != 0:
-        raise ScaffoldError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+        lines = result.stderr.strip().splitlines() or [f"exit code {result.returncode}"]
+        reason = next((line for line in lines if line.startswith("fatal:")), lines[0])
+        raise ScaffoldError(f"git {' '.join(args)} failed: {reason}")
     return result.stdout.rstrip("\n")
 
 
@@ -71,10 +97,52 @@ def check_clean_repository(project: Path) -> None:
             f"{project} is not in a git repository; updates merge your edits with git: "
             "run git init && git add -A && git commit -m 'Generated project' first"
         )
-    dirty = [line[3:] for line in git(project, "status", "--porcelain").splitlines()]
+    # --untracked-files=all whatever the user's config says: a failed update cleans up
+    # untracked files, so every one of the user's must have been seen here.
+    status = git(project, "status", "--porcelain", "--untracked-files=all")
+    dirty = [line[3:] for line in status.splitlines()]
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" and {len(dirty) - 8} more" if len(dirty) > 8 else "")
         raise ScaffoldError(f"uncommitted changes in {shown}; commit or stash them first")
+
+
+def read_project_answers(project: Path) -> dict:
+    """The project's answers file, refused in one line unless copier can update from it."""
+    import yaml  # a dependency of copier
+
+    path = project / ANSWERS_FILE
+    restore = f"restore it from git (git log -p -- {ANSWERS_FILE})"
+    if not project.is_dir():
+        raise UsageError(f"{project} is not a folder")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        message = f"{project} has no {ANSWERS_FILE}: not a generated project"
+        raise ScaffoldError(message, 2) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScaffoldError(f"cannot read {path}: {first_line(err)}", 2) from None
+    try:
+        answers = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(err, "problem", None) or first_line(err)
+        raise ScaffoldError(f"{where}: not valid YAML ({problem}); {restore}", 2) from None
+    if not isinstance(answers, dict):
+        raise ScaffoldError(
+            f"{path} holds {type(answers).__name__}, not copier's answers (KEY: VALUE lines); "
+            + restore,
+            2,
+        )
+    for key, what in (("_src_path", "template source"), ("_commit", "template commit")):
+        if not isinstance(answers.get(key), (str, int)) or answers[key] in ("", True, False):
+            raise ScaffoldError(
+                f"{path} has no {key} (the {what} the project was rendered from), which copier "
+                f"needs to find your edits; {restore}",
+                2,
+            )
+        answers[key] = str(answers[key])
+    return answers
 
 
 def short(commit: str | None) -> str:
@@ -85,54 +153,104 @@ def short(commit: str | None) -> str:
     return match.group(1)[:7] if match else commit
 
 
-def update_source(answers: dict, template: str | None, to: str | None) -> Source:
-    """Where to take the new version from: --template, else the recorded source."""
-    if template:
-        return user_source(template, to)
-    recorded = answers.get("_src_path", "")
+def recorded_source(answers: dict, to: str | None) -> tuple[Source, list[str]]:
+    """The source the project records, or scaffold's own template when that is what it was."""
+    recorded = answers["_src_path"]
     builtin = builtin_source()
-    missing_local_copy = not Path(recorded).exists() and "://" not in recorded
-    if recorded == builtin.path or missing_local_copy:
-        # scaffold's own template (or a recorded copy of it that is gone): this installation's.
-        return Source(builtin.path, to or builtin.ref)
-    return Source(recorded, to)
+    if recorded == builtin.path:
+        return Source(builtin.path, to or builtin.ref), []
+    if is_remote(recorded) or Path(recorded).exists():
+        return Source(recorded, to), []
+    if is_builtin_location(recorded):
+        note = (
+            f"the recorded template source {recorded} is gone; it was scaffold's own template, "
+            f"so the project now records this installation's: {builtin.path}"
+        )
+        return Source(builtin.path, to or builtin.ref), [note]
+    raise ScaffoldError(
+        f"the template source {recorded} recorded in {ANSWERS_FILE} no longer exists; pass "
+        "--template SRC: a path or git URL of that template, with its git history"
+    )
+
+
+def plan_update(answers: dict, template: str | None = None, to: str | None = None) -> Plan:
+    """Check the source, the ref and the recorded commit; change nothing."""
+    if template:
+        source, notes = user_source(template, to), []
+    else:
+        source, notes = recorded_source(answers, to)
+    current = answers["_commit"]
+    with History(source) as history:
+        ref = source.ref or history.default_ref()
+        target = history.commit(ref)
+        if target is None and (history.knows_every_commit or not HASH.fullmatch(ref)):
+            if to:
+                raise UsageError(
+                    f"--to {to}: {source.path} has no tag, branch or commit named {to}"
+                )
+            raise ScaffoldError(f"{source.path} has no commit {ref}")
+        current_hash = history.commit(current)
+        if current_hash is None and history.knows_every_commit:
+            raise ScaffoldError(
+                f"{source.path} does not have template commit {current}, which {ANSWERS_FILE} "
+                "says the project was rendered from; copier needs it to find your edits (was "
+                "the project rendered from uncommitted template edits? then pass --template "
+                "with a copy that has that commit)"
+            )
+    if not source.remote and target:
+        if has_uncommitted_template(Source(source.path, "HEAD")) and ref == "HEAD":
+            notes.append(
+                f"{source.path} has uncommitted template edits: updating to its last commit"
+            )
+        # A commit, never "HEAD": for a local checkout at "HEAD" copier renders uncommitted
+        # files from a temporary commit, and the project would record a commit that is nowhere.
+        source = Source(source.path, target)
+    return Plan(source, current, target, current_hash, notes)
 
 
 def check_for_update(project: Path, template: str | None = None, to: str | None = None) -> tuple:
-    """(current, available, newer?) without changing anything."""
-    answers = read_answers(project)
-    source = update_source(answers, template, to)
-    current, available = answers.get("_commit"), resolve_commit(source)
-    newer = None if available is None else not available.startswith(short(current))
-    return short(current), short(available) if available else "unknown", newer
+    """(current, available, newer?) without changing anything; newer is None when unknown."""
+    plan = plan_update(read_project_answers(project), template, to)
+    if plan.target is None:
+        return short(plan.current), plan.source.ref, None
+    if plan.current_hash:
+        newer = plan.target != plan.current_hash
+    else:
+        newer = not plan.target.startswith(short(plan.current))
+    return short(plan.current), plan.target[:7], newer
 
 
 def update_project(
     project: str | Path, sets: dict, to: str | None = None, template: str | None = None
 ) -> UpdateResult:
-    """Re-render `project` with the new template version and answers, keeping the user's edits."""
+    """Re-render `project` with the new template version and answers, keeping the user's edits.
+
+    Nothing is committed unless the whole update succeeds; on any failure (Ctrl-C included)
+    the project is put back to the commit and tree it had.
+    """
     project = Path(project).absolute()
-    answers = read_answers(project)
+    answers = read_project_answers(project)
     check_clean_repository(project)
     current = {key: answers[key] for key in CHANGEABLE if key in answers}
     try:
         options = Options(**{**current, **sets})
-    except TypeError as err:
-        raise UsageError(str(err)) from None
-    options.validate()
-    source = update_source(answers, template, to)
-
-    repointed = None
-    if source.path != answers.get("_src_path"):
-        # copier re-renders the old version from the recorded source: record the new one
-        # (a copy that has the same history) in a commit of its own.
-        _record_source(project, source.path)
-        repointed = source.path
+        options.validate()
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{ANSWERS_FILE} or --set: {first_line(err)}") from None
+    plan = plan_update(answers, template, to)
+    head = git(project, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    if not head:
+        raise ScaffoldError(f"{project} has no commit yet; commit the generated project first")
 
     import copier
-    from copier.errors import CopierError
 
+    repointed = None
     try:
+        if plan.source.path != answers["_src_path"]:
+            # copier renders the old version from the recorded source, and only from a clean
+            # tree: record the new source (it has the old commit, checked above) in a commit.
+            _record_source(project, plan.source.path)
+            repointed = plan.source.path
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             copier.run_update(
@@ -141,31 +259,42 @@ def update_project(
                 defaults=True,  # never prompt
                 overwrite=True,  # required by copier to update
                 conflict="inline",  # markers in the file, never a .rej that is easy to lose
-                vcs_ref=source.ref,
+                vcs_ref=plan.source.ref,
                 settings=copier.Settings(),
                 quiet=True,
             )
-    except (CopierError, ValueError) as err:
-        message = first_line(err)
-        if "Unknown revision" in message:
-            message += (
-                f" (the project records template commit {answers.get('_commit')}, which "
-                f"{source.path} does not have; was it rendered from uncommitted template edits?)"
-            )
-        raise ScaffoldError(f"copier could not update the project: {message}") from None
+    except ScaffoldError:
+        _restore(project, head)
+        raise
+    except Exception as err:  # copier's own errors, ValueError for answers, Jinja's, git's
+        _restore(project, head)
+        raise ScaffoldError(
+            f"copier could not update the project: {first_line(err)}; the project is as it was"
+        ) from None
+    except BaseException:  # Ctrl-C: put the project back, then let the CLI report it
+        _restore(project, head)
+        raise
 
     conflicts = git(project, "diff", "--name-only", "--diff-filter=U").splitlines()
-    changed = [line[3:] for line in git(project, "status", "--porcelain").splitlines()]
-    after = read_answers(project).get("_commit")
-    return UpdateResult(answers.get("_commit", ""), after or "", changed, conflicts, repointed)
+    status = git(project, "status", "--porcelain", "--untracked-files=all")
+    changed = [line[3:] for line in status.splitlines()]
+    after = read_project_answers(project)["_commit"]
+    return UpdateResult(plan.current, after, changed, conflicts, repointed, plan.notes)
 
 
 def _record_source(project: Path, path: str) -> None:
     answers_file = project / ANSWERS_FILE
     text = answers_file.read_text()
-    new, count = re.subn(r"(?m)^_src_path: .*$", f"_src_path: {path}", text)
+    new, count = re.subn(r"(?m)^_src_path: .*$", lambda _: f"_src_path: {json.dumps(path)}", text)
     if count != 1:
         raise ScaffoldError(f"{ANSWERS_FILE} has no _src_path line to update")
     answers_file.write_text(new)
     git(project, "add", ANSWERS_FILE)
-    git(project, "commit", "-q", "-m", f"scaffold: record template source {path}")
+    git(project, "commit", "-q", "--no-verify", "-m", f"scaffold: record template source {path}")
+
+
+def _restore(project: Path, head: str) -> None:
+    """Put back the commit and tree the project had (it was clean: nothing of the user's is
+    untracked, so every untracked file now is the failed update's)."""
+    git(project, "reset", "-q", "--hard", head, check=False)
+    git(project, "clean", "-fdq", check=False)

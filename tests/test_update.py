@@ -21,13 +21,18 @@ OLD_LINE = "# R2: drop the last step's gradients before backward"
 NEW_LINE = "# R2: clear the previous step's gradients before this backward pass"
 
 
-@pytest.fixture(autouse=True)
-def git_identity(monkeypatch, tmp_path):
+def isolate_git_and_home(monkeypatch, tmp_path) -> None:
+    """A git identity for commits, and scaffold's per-user folder inside tmp_path."""
     for key in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
         monkeypatch.setenv(key, "Test")
     for key in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
         monkeypatch.setenv(key, "test@example.com")
     monkeypatch.setenv("SCAFFOLD_HOME", str(tmp_path / "scaffold-home"))
+
+
+@pytest.fixture(autouse=True)
+def git_identity(monkeypatch, tmp_path):
+    isolate_git_and_home(monkeypatch, tmp_path)
 
 
 def git(cwd, *args) -> str:
@@ -40,16 +45,20 @@ def commit_all(cwd, message="change") -> None:
     git(cwd, "commit", "-q", "-m", message)
 
 
-@pytest.fixture
-def template_repo(tmp_path):
+def make_template_repo(where):
     """A git repository holding this checkout's template as version A."""
-    repo = tmp_path / "template-repo"
+    repo = where / "template-repo"
     repo.mkdir()
     shutil.copy(REPO / "copier.yml", repo)
     shutil.copytree(REPO / "template", repo / "template")
     git(repo, "init", "-q", "-b", "main")
     commit_all(repo, "version A")
     return repo
+
+
+@pytest.fixture
+def template_repo(tmp_path):
+    return make_template_repo(tmp_path)
 
 
 def release_version_b(repo) -> None:

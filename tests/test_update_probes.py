@@ -1,0 +1,327 @@
+"""Bad inputs and faults for scaffold update: each ends in one line, a non-zero exit, and the
+project exactly as it was (same commit, clean tree).
+
+Remote sources are hosts under .invalid (a name that never resolves) and gh: shortcuts
+rewritten to such a host, so these tests behave the same with or without a network.
+"""
+
+import subprocess
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from scaffold import cli
+from tests.conftest import REPO
+from tests.test_update import (
+    answers,
+    commit_all,
+    git,
+    isolate_git_and_home,
+    make_template_repo,
+    new_project,
+    release_version_b,
+    update,
+)
+
+runner = CliRunner()
+UNREACHABLE = {
+    "scp": "git@nowhere.invalid:team/template.git",
+    "ssh": "ssh://git@nowhere.invalid/team/template.git",
+    "https": "https://nowhere.invalid/team/template.git",
+    "gh": "gh:team/template",
+}
+
+
+@pytest.fixture
+def template_repo(tmp_path):
+    return make_template_repo(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def offline_git(monkeypatch, tmp_path):
+    isolate_git_and_home(monkeypatch, tmp_path)
+    # gh: means github.com: send it to a host that never resolves, network or not. And keep
+    # copier's cache of remote templates out of the user's home.
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "url.https://nowhere.invalid/.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
+    monkeypatch.setenv("COPIER_CACHE_DIR", str(tmp_path / "copier-cache"))
+
+
+def state(project) -> tuple[str, str, bytes]:
+    """The commit, the status and the answers file: all must survive a failed update."""
+    return (
+        git(project, "rev-parse", "HEAD"),
+        git(project, "status", "--porcelain", "--untracked-files=all"),
+        (project / ".copier-answers.yml").read_bytes(),
+    )
+
+
+def one_line_error(result, code: int, *parts: str) -> None:
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == code, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def record_source(project, src: str) -> None:
+    """Make the project record another template source, as a team's project would."""
+    path = project / ".copier-answers.yml"
+    data = yaml.safe_load(path.read_text())
+    path.write_text(
+        path.read_text().replace(f"_src_path: {data['_src_path']}", f"_src_path: {src}")
+    )
+    assert answers(project)["_src_path"] == src
+    commit_all(project, f"record {src}")
+
+
+@pytest.mark.parametrize("kind", sorted(UNREACHABLE))
+@pytest.mark.parametrize("check", [False, True], ids=["update", "check"])
+def test_unreachable_recorded_source_is_named_and_nothing_changes(
+    tmp_path, template_repo, kind, check
+):
+    project = new_project(tmp_path, template_repo)
+    record_source(project, UNREACHABLE[kind])
+    before = state(project)
+    result = update(project, *(["--check"] if check else ["--set", "amp=true"]))
+    one_line_error(result, 1, f"cannot reach {UNREACHABLE[kind]}: ")
+    assert "resolve host" in result.output.lower() or "hostname" in result.output
+    assert state(project) == before
+
+
+@pytest.mark.parametrize("kind", ["scp", "https", "gh"])
+def test_unreachable_template_option_changes_nothing(tmp_path, template_repo, kind):
+    project = new_project(tmp_path, template_repo)
+    before = state(project)
+    result = update(project, "--template", UNREACHABLE[kind])
+    one_line_error(result, 1, f"cannot reach {UNREACHABLE[kind]}")
+    assert state(project) == before
+
+
+def test_missing_template_option_is_a_usage_error(tmp_path, template_repo):
+    project = new_project(tmp_path, template_repo)
+    before = state(project)
+    result = update(project, "--template", str(tmp_path / "no-such-template"))
+    one_line_error(result, 2, "template source not found: ", "no-such-template")
+    assert state(project) == before
+
+
+def test_template_without_the_recorded_commit_commits_nothing(tmp_path, template_repo):
+    project = new_project(tmp_path, template_repo)
+    other = tmp_path / "other-template"  # the same files, another history
+    git(tmp_path, "init", "-q", "-b", "main", str(other))
+    subprocess.run(
+        [
+            "cp",
+            "-r",
+            str(template_repo / "copier.yml"),
+            str(template_repo / "template"),
+            str(other),
+        ],
+        check=True,
+    )
+    commit_all(other, "unrelated history")
+    before = state(project)
+    result = update(project, "--template", str(other))
+    one_line_error(
+        result, 1, f"{other} does not have template commit {answers(project)['_commit']}"
+    )
+    assert state(project) == before
+    assert update(project).exit_code == 0  # later updates still work
+
+
+def test_copier_failure_after_repointing_restores_the_project(tmp_path, template_repo):
+    """The new source has the old commit, but its new version does not render."""
+    project = new_project(tmp_path, template_repo)
+    fork = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", str(template_repo), str(fork))
+    engine = fork / "template" / "src" / "{{package_name}}" / "engine.py.jinja"
+    engine.write_text(engine.read_text() + "\n{{ no_such_answer }}\n")
+    commit_all(fork, "broken")
+    before = state(project)
+    result = update(project, "--template", str(fork))
+    one_line_error(result, 1, "copier could not update the project: ", "the project is as it was")
+    assert state(project) == before
+    assert git(project, "log", "--format=%s") == "generated"
+    release_version_b(template_repo)
+    later = update(project)
+    assert later.exit_code == 0, later.output
+    assert "CHANGELOG.md" in git(project, "status", "--porcelain")
+
+
+def test_interrupt_during_copier_restores_the_project(tmp_path, template_repo, monkeypatch):
+    import copier
+
+    project = new_project(tmp_path, template_repo)
+    fork = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", str(template_repo), str(fork))
+    before = state(project)
+
+    def half_done(dst, **kwargs):
+        (dst / "README.md").write_text("half written")
+        (dst / "stray.py").write_text("x = 1\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(copier, "run_update", half_done)
+    result = update(project, "--template", str(fork))
+    assert result.exit_code == 130, result.output
+    assert state(project) == before
+    assert not (project / "stray.py").exists()
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["update", "check"])
+def test_unknown_to_ref_names_the_ref_and_the_source(tmp_path, template_repo, check):
+    project = new_project(tmp_path, template_repo)
+    release_version_b(template_repo)
+    before = state(project)
+    result = update(project, "--to", "no-such-ref", *(["--check"] if check else []))
+    one_line_error(
+        result,
+        2,
+        f"--to no-such-ref: {template_repo} has no tag, branch or commit named no-such-ref",
+    )
+    assert "was it rendered" not in result.output
+    assert state(project) == before
+
+
+def test_to_a_tag_and_check_against_tags(tmp_path, template_repo):
+    git(template_repo, "tag", "v1.0")
+    project = new_project(tmp_path, template_repo)
+    assert answers(project)["_commit"] == "v1.0"  # copier records the tag it rendered
+    release_version_b(template_repo)
+    # Without --to, copier takes the latest release tag: still v1.0, so nothing is newer.
+    assert update(project, "--check").output.startswith("up to date with template v1.0")
+    git(template_repo, "tag", "-a", "v1.1", "-m", "B")
+    check = update(project, "--check")
+    assert check.exit_code == 0 and "a newer template is available: v1.0 -> " in check.output
+    result = update(project, "--to", "v1.1")
+    assert result.exit_code == 0, result.output
+    assert answers(project)["_commit"] == "v1.1"
+    assert (project / "CHANGELOG.md").is_file()
+
+
+BAD_ANSWERS = {
+    "not YAML": ("_src_path: [unclosed\n_commit: abc\n", "not valid YAML"),
+    "a list": ("- one\n- two\n", "holds list, not copier's answers"),
+    "empty": ("", "holds NoneType, not copier's answers"),
+    "no _src_path": ("_commit: abc1234\ntask: regression\n", "has no _src_path"),
+    "no _commit": ("_src_path: /somewhere\ntask: regression\n", "has no _commit"),
+    "not UTF-8": (b"_src_path: \xff\xfe\n", "cannot read"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ANSWERS))
+@pytest.mark.parametrize("check", [False, True], ids=["update", "check"])
+def test_bad_answers_file_is_one_line(tmp_path, template_repo, case, check):
+    project = new_project(tmp_path, template_repo)
+    text, message = BAD_ANSWERS[case]
+    path = project / ".copier-answers.yml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    commit_all(project, f"answers: {case}")
+    before = state(project)
+    result = update(project, *(["--check"] if check else []))
+    one_line_error(result, 2, ".copier-answers.yml", message)
+    assert state(project) == before
+
+
+def test_gone_local_source_is_named_not_replaced(tmp_path, template_repo):
+    project = new_project(tmp_path, template_repo)
+    gone = tmp_path / "moved-away"
+    template_repo.rename(gone)
+    before = state(project)
+    result = update(project)
+    one_line_error(result, 1, f"the template source {template_repo} recorded in", "--template SRC")
+    assert state(project) == before
+    # With the copy named, the update goes ahead and the project records the copy.
+    moved = update(project, "--template", str(gone))
+    assert moved.exit_code == 0, moved.output
+    assert answers(project)["_src_path"] == str(gone)
+
+
+def test_gone_copy_of_scaffolds_own_template_is_repointed_and_said(tmp_path):
+    result = runner.invoke(cli.app, ["new", str(tmp_path / "own"), "-y", "--no-smoke"])
+    assert result.exit_code == 0, result.output
+    project = tmp_path / "own"
+    git(project, "init", "-q", "-b", "main")
+    commit_all(project, "generated")
+    gone = str(tmp_path / "old-home" / "template.bundle")  # scaffold's bundle, home since moved
+    record_source(project, gone)
+    updated = update(project)
+    assert updated.exit_code == 0, updated.output
+    assert f"the recorded template source {gone} is gone; it was scaffold's own" in updated.output
+    assert answers(project)["_src_path"] == str(REPO)
+
+
+def test_reachable_file_url_is_a_remote_that_updates(tmp_path, template_repo):
+    url = f"file://{template_repo}"
+    project = new_project(tmp_path, template_repo)
+    moved = update(project, "--template", url)
+    assert moved.exit_code == 0, moved.output
+    assert answers(project)["_src_path"] == f"git+{url}"  # what copier needs to clone it
+    commit_all(project, "now from the URL")
+    release_version_b(template_repo)
+    check = update(project, "--check")
+    assert "a newer template is available" in check.output, check.output
+    assert update(project).exit_code == 0
+    assert (project / "CHANGELOG.md").is_file()
+
+
+def test_untracked_files_beside_the_template_do_not_make_a_phantom_commit(tmp_path, template_repo):
+    """The README's demo/ inside the checkout: the project must record a real commit."""
+    (template_repo / "demo").mkdir()
+    (template_repo / "demo" / "notes.txt").write_text("not the template")
+    project = new_project(tmp_path, template_repo)
+    recorded = answers(project)["_commit"]
+    assert git(template_repo, "rev-parse", "HEAD").startswith(recorded)
+    check = update(project, "--check")
+    assert check.output.startswith(f"up to date with template {recorded}"), check.output
+
+
+def test_builtin_checkout_source_pins_the_commit_unless_the_template_is_edited(
+    tmp_path, monkeypatch, template_repo
+):
+    from scaffold import source
+
+    monkeypatch.setattr(source, "PACKAGED", tmp_path / "no-wheel")
+    monkeypatch.setattr(source, "CHECKOUT", template_repo)
+    (template_repo / "demo").mkdir()
+    (template_repo / "demo" / "train.py").write_text("print('a project, not the template')\n")
+    head = git(template_repo, "rev-parse", "HEAD")
+    pinned = source.builtin_source()
+    assert pinned.ref == head and not source.has_uncommitted_template(pinned)
+    (template_repo / "copier.yml").write_text((template_repo / "copier.yml").read_text() + "\n")
+    edited = source.builtin_source()
+    assert edited.ref == "HEAD" and source.has_uncommitted_template(edited)
+
+
+@pytest.mark.parametrize(
+    "src, remote",
+    [
+        ("git@github.com:team/repo.git", True),
+        ("git@host:team/repo", True),
+        ("gitlab.example.com:team/repo.git", True),
+        ("ssh://git@host:2222/team/repo.git", True),
+        ("https://host/team/repo", True),
+        ("http://host/team/repo.git", True),
+        ("git://host/team/repo.git", True),
+        ("file:///srv/templates/repo", True),
+        ("git+https://host/team/repo", True),
+        ("gh:team/repo", True),
+        ("gl:team/repo", True),
+        ("/srv/templates/repo", False),
+        ("./template", False),
+        ("~/templates/repo", False),
+        ("relative/folder", False),
+        ("C:/templates/repo", False),
+    ],
+)
+def test_one_function_tells_remote_from_local(src, remote):
+    from scaffold.source import copier_url, git_url, is_remote
+
+    assert is_remote(src) is remote
+    if remote:
+        # copier takes every remote as given or with git+ in front; git takes the expansion.
+        assert copier_url(src) in (src, "git+" + src)
+        assert "://" in git_url(src) or "@" in git_url(src) or ":" in git_url(src)

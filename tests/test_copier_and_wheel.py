@@ -1,8 +1,10 @@
 """The template outside scaffold: plain `copier copy` of the repository, and a wheel install."""
 
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -14,6 +16,28 @@ from scaffold.source import Source
 from tests.conftest import PYTHON, REPO, render, run
 
 OPTIONS = Options(task="regression", scheduler="plateau", amp=True, clip=True, early_stopping=True)
+
+
+def venv_sharing_these_packages(venv: Path) -> Path:
+    """A new virtual environment that also sees this environment's packages (torch, copier,
+    typer), but not its scaffold; returns its python.
+
+    `--system-site-packages` would not do: it shows the *base* interpreter's packages, which
+    lack them when the tests run inside a virtual environment, as the README sets them up.
+    A .pth file naming these folders adds them after the new environment's own, without
+    running their .pth files, so the editable scaffold of this environment stays out.
+    """
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    query = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    own = Path(run([str(python), "-c", query], venv).stdout.strip())
+    ours = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    ours += site.getsitepackages()
+    if site.ENABLE_USER_SITE:
+        ours.append(site.getusersitepackages())
+    folders = [str(Path(p).resolve()) for p in dict.fromkeys(ours) if Path(p).is_dir()]
+    (own / "scaffold_test_parent_packages.pth").write_text("\n".join(folders) + "\n")
+    return python
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -74,21 +98,24 @@ def test_wheel_carries_the_template_and_renders_from_anywhere(tmp_path):
 
     # A fresh environment; torch, copier and typer come from this one, scaffold from the wheel.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    venv_sharing_these_packages(venv)
     bin_dir = venv / "bin"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     install = run(
         [str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
         tmp_path,
+        env=env,
     )
     assert install.returncode == 0, install.stderr
     where = run(
-        [str(bin_dir / "python"), "-c", "import scaffold; print(scaffold.__file__)"], tmp_path
+        [str(bin_dir / "python"), "-c", "import scaffold; print(scaffold.__file__)"],
+        tmp_path,
+        env=env,
     )
     assert where.stdout.startswith(str(venv)), where.stdout
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     args = [
         "new",
         "from-wheel",

@@ -6,7 +6,6 @@ Real git and real copier throughout: template repositories are built in tmp_path
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -14,6 +13,7 @@ from typer.testing import CliRunner
 
 from scaffold import cli
 from tests.conftest import PYTHON, REPO, project_env, run
+from tests.test_copier_and_wheel import venv_sharing_these_packages
 
 runner = CliRunner()
 ENGINE = "template/src/{{package_name}}/engine.py.jinja"
@@ -275,11 +275,8 @@ def test_pip_installed_scaffold_updates_its_projects_across_versions(tmp_path):
     def venv_with(wheel):
         venv = tmp_path / "venv"
         shutil.rmtree(venv, ignore_errors=True)  # a rebuilt environment: the old paths are gone
-        subprocess.run(
-            [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True
-        )
         pip = [
-            str(venv / "bin" / "python"),
+            str(venv_sharing_these_packages(venv)),
             "-m",
             "pip",
             "install",

@@ -1,6 +1,22 @@
 """The `scaffold` command line: parses, asks and reports; render.py and smoke.py do the work."""
 
+# ruff: noqa: E402 - the Ctrl-C handler must be in place before the slower imports below
+import signal
 import sys
+
+
+def _interrupted_while_starting(signum, frame):
+    sys.stderr.write("interrupted; nothing was written\n")
+    sys.exit(130)
+
+
+# The console script imports this module before main() runs, and typer takes a while to load:
+# a Ctrl-C in that time must already be one line and exit 130. Put back at the end of the module.
+try:
+    _sigint_before = signal.signal(signal.SIGINT, _interrupted_while_starting)
+except ValueError:  # imported outside the main thread, where no handler can be set
+    _sigint_before = None
+
 import time
 from enum import Enum
 from pathlib import Path
@@ -10,8 +26,17 @@ import typer
 from typer.core import TyperGroup
 
 from scaffold import __version__
-from scaffold.errors import ScaffoldError, UsageError
-from scaffold.options import HELP, Options, project_names
+from scaffold.errors import Interrupted, ScaffoldError, UsageError
+from scaffold.options import (
+    DEFAULTS,
+    OPTIONS,
+    Options,
+    Question,
+    complete,
+    default_of,
+    problem_with,
+    unused_flags,
+)
 
 
 class OneLineErrors(TyperGroup):
@@ -20,6 +45,9 @@ class OneLineErrors(TyperGroup):
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
+        except Interrupted as err:
+            typer.echo(str(err), err=True)
+            sys.exit(err.exit_code)
         except ScaffoldError as err:
             typer.echo(f"error: {err}", err=True)
             sys.exit(err.exit_code)
@@ -29,6 +57,8 @@ class OneLineErrors(TyperGroup):
         except (typer.Abort, KeyboardInterrupt):
             typer.echo("aborted; nothing was written", err=True)
             sys.exit(130)
+        if result == 130:  # Typer turns a Ctrl-C that no command caught into a silent 130
+            typer.echo("interrupted", err=True)
         sys.exit(result if isinstance(result, int) else 0)
 
 
@@ -41,14 +71,24 @@ app = typer.Typer(
 )
 
 
-class Task(str, Enum):
-    classification = "classification"
-    regression = "regression"
+def _choices(name: str) -> type[Enum]:
+    return Enum(name.title(), [(value, value) for value in OPTIONS[name].choices], type=str)
 
 
-class Scheduler(str, Enum):
-    cosine = "cosine"
-    plateau = "plateau"
+Task = _choices("task")
+Scheduler = _choices("scheduler")
+
+
+def _help(name: str) -> str:
+    """An option's --help line: copier.yml's help, the switch it needs, and its default."""
+    question = OPTIONS[name]
+    text = question.help
+    if question.parent:
+        text += f" (with {question.parent_flag()})"
+    default = DEFAULTS[name]
+    if question.type is bool:
+        default = "on" if default else "off"
+    return f"{text}. [default: {default}]"
 
 
 def _version(value: bool) -> None:
@@ -72,59 +112,44 @@ def stdin_is_interactive() -> bool:
     return sys.stdin is not None and sys.stdin.isatty()
 
 
-def _ask(name: str, default, choices: tuple[str, ...] | None = None):
-    typer.secho(f"  {HELP[name]}", dim=True, err=True)
-    label = name.replace("_", " ")
-    if isinstance(default, bool):
-        return typer.confirm(label, default=default, err=True)
-    if choices:
-        label = f"{label} ({'/'.join(choices)})"
+def _ask(question: Question, answers: dict):
+    """Ask one question until the answer passes its copier.yml validator."""
+    typer.secho(f"  {question.help}", dim=True, err=True)
+    label = question.name.replace("_", " ")
+    if question.choices:
+        label = f"{label} ({'/'.join(question.choices)})"
+    default = default_of(question, answers)
     while True:
-        answer = typer.prompt(label, default=default, type=type(default), err=True)
-        if not choices or answer in choices:
+        if question.type is bool:
+            answer = typer.confirm(label, default=default, err=True)
+        else:
+            answer = typer.prompt(label, default=default, type=question.type, err=True)
+        problem = problem_with(question, {**answers, question.name: answer})
+        if not problem:
             return answer
-        typer.echo(f"  choose one of: {', '.join(choices)}", err=True)
+        typer.echo(f"  {problem}", err=True)
 
 
 def resolve_options(given: dict, interactive: bool) -> Options:
-    """Fill the options not given on the command line: ask for each, or take its default."""
-    defaults = Options()
+    """Fill the options not given on the command line: ask for each, or take its default.
+
+    A follow-up flag whose switch is off (--patience without --early-stopping) is refused:
+    the project would not use it.
+    """
     values = {}
-
-    def offered(name: str):
-        default = getattr(defaults, name)
-        if name == "patience" and values.get("scheduler") == "plateau":
-            # Early stopping must wait longer than the plateau scheduler: offer a valid default.
-            default = max(default, values.get("plateau_patience", defaults.plateau_patience) + 1)
-        return default
-
-    def pick(name: str, choices: tuple[str, ...] | None = None):
-        if given.get(name) is not None:
-            values[name] = given[name]
-        elif interactive:
-            while True:  # ask again until the answers so far make a valid project
-                values[name] = _ask(name, offered(name), choices)
-                try:
-                    Options(**{"patience": offered("patience"), **values}).validate()
-                    break
-                except UsageError as err:
-                    typer.echo(f"  {err}", err=True)
+    for question in OPTIONS.values():
+        if question.parent and values[question.parent[0]] != question.parent[1]:
+            continue
+        if given.get(question.name) is not None:
+            values[question.name] = given[question.name]
         else:
-            values[name] = offered(name)
-        return values[name]
-
-    pick("task", tuple(t.value for t in Task))
-    if pick("scheduler", tuple(s.value for s in Scheduler)) == "plateau":
-        pick("plateau_patience")
-    pick("amp")
-    if pick("clip"):
-        pick("max_grad_norm")
-    if pick("early_stopping"):
-        pick("patience")
-    pick("seed")
-    # Follow-up values given as flags count even when their question was not asked.
-    values.update({k: v for k, v in given.items() if v is not None and k not in values})
-    options = Options(**values)
+            values[question.name] = (
+                _ask(question, values) if interactive else default_of(question, values)
+            )
+    options = complete(values)
+    unused = unused_flags(given, options)
+    if unused:
+        raise UsageError(unused[0])
     options.validate()
     return options
 
@@ -135,18 +160,18 @@ def new(
         str,
         typer.Argument(metavar="DEST", help="Folder to create; its name is the project's name."),
     ],
-    task: Annotated[Task | None, typer.Option(help=HELP["task"])] = None,
-    scheduler: Annotated[Scheduler | None, typer.Option(help=HELP["scheduler"])] = None,
-    plateau_patience: Annotated[int | None, typer.Option(help=HELP["plateau_patience"])] = None,
-    amp: Annotated[bool | None, typer.Option("--amp/--no-amp", help=HELP["amp"])] = None,
-    clip: Annotated[bool | None, typer.Option("--clip/--no-clip", help=HELP["clip"])] = None,
-    max_grad_norm: Annotated[float | None, typer.Option(help=HELP["max_grad_norm"])] = None,
+    task: Annotated[Task | None, typer.Option(help=_help("task"))] = None,
+    scheduler: Annotated[Scheduler | None, typer.Option(help=_help("scheduler"))] = None,
+    plateau_patience: Annotated[int | None, typer.Option(help=_help("plateau_patience"))] = None,
+    amp: Annotated[bool | None, typer.Option("--amp/--no-amp", help=_help("amp"))] = None,
+    clip: Annotated[bool | None, typer.Option("--clip/--no-clip", help=_help("clip"))] = None,
+    max_grad_norm: Annotated[float | None, typer.Option(help=_help("max_grad_norm"))] = None,
     early_stopping: Annotated[
         bool | None,
-        typer.Option("--early-stopping/--no-early-stopping", help=HELP["early_stopping"]),
+        typer.Option("--early-stopping/--no-early-stopping", help=_help("early_stopping")),
     ] = None,
-    patience: Annotated[int | None, typer.Option(help=HELP["patience"])] = None,
-    seed: Annotated[int | None, typer.Option(help=HELP["seed"])] = None,
+    patience: Annotated[int | None, typer.Option(help=_help("patience"))] = None,
+    seed: Annotated[int | None, typer.Option(help=_help("seed"))] = None,
     defaults: Annotated[
         bool,
         typer.Option("--defaults", "-y", help="Never prompt; unset options take defaults."),
@@ -155,8 +180,9 @@ def new(
         bool | None,
         typer.Option(
             "--smoke/--no-smoke",
-            help="Run the project's overfit-one-batch check after rendering "
-            "(default: on when torch is importable).",
+            help="Run the project's overfit-one-batch check after rendering. [default: on when "
+            "the project's dependencies (torch, numpy) are importable here, else skipped with "
+            "a note; --smoke that cannot run exits 1 and keeps the project]",
         ),
     ] = None,
     template: Annotated[
@@ -185,7 +211,6 @@ def new(
     Options not given are asked for when stdin is a terminal; with -y, or without a
     terminal, they take their defaults.
     """
-    project_name, package_name = project_names(dest)
     given = {
         "task": task.value if task else None,
         "scheduler": scheduler.value if scheduler else None,
@@ -197,54 +222,73 @@ def new(
         "patience": patience,
         "seed": seed,
     }
-    from scaffold import smoke as smoke_check  # no torch import: find_spec only
-    from scaffold.render import render_project  # imports copier
-    from scaffold.source import builtin_source, has_uncommitted_template, user_source
+    kept = None  # the project, once it exists: an interrupt after that must not say "nothing"
+    try:
+        from scaffold.render import create_project  # imports copier
 
-    if template is None:
-        if vcs_ref is not None:
+        if template is None and vcs_ref is not None:
             raise UsageError("--vcs-ref goes with --template")
-        options = resolve_options(given, interactive=stdin_is_interactive() and not defaults)
-        source = builtin_source()
-    else:
-        options = {key: value for key, value in given.items() if value is not None}
-        source = user_source(template, vcs_ref)
+        interactive = stdin_is_interactive() and not defaults and template is None
+        if template is None:
+            answers = resolve_options(given, interactive)
+        else:  # that template's own defaults fill the gaps
+            answers = {key: value for key, value in given.items() if value is not None}
+        started = time.perf_counter()
+        created = create_project(dest, answers, template=template, vcs_ref=vcs_ref, force=force)
+        kept = created.result.dest
+        if not quiet:
+            _report_created(created, time.perf_counter() - started)
+        exit_code = _smoke_check(created, smoke, quiet)
+        if not quiet:
+            _print_next_steps(created.result.dest, created.package)
+        return exit_code
+    except KeyboardInterrupt:
+        if kept is None:
+            raise Interrupted("interrupted; nothing was written") from None
+        raise Interrupted(f"interrupted; the project in {kept} is complete and kept") from None
 
-    started = time.perf_counter()
-    result = render_project(dest, project_name, package_name, options, force=force, source=source)
-    seconds = time.perf_counter() - started
-    if not quiet:
-        typer.echo(f"Created {project_name}: {describe_answers(result.answers)}")
-        if has_uncommitted_template(source):
-            typer.echo(
-                "  warning: rendered from uncommitted template edits; the project records a "
-                "commit that exists nowhere, so scaffold update will not work for it",
-                err=True,
-            )
-        typer.echo(f"  {len(result.files)} files in {result.dest} ({seconds:.1f} s)")
-        for backup in result.backups:
-            typer.echo(f"  kept your earlier {backup.with_suffix('')} as {backup}")
 
-    run_smoke = smoke_check.torch_available() if smoke is None else smoke
-    exit_code = 0
-    if run_smoke:
-        if not smoke_check.torch_available():
-            raise ScaffoldError(
-                "--smoke needs torch in this Python; the project is rendered, "
-                f"run 'python -m {package_name}.overfit' in it once torch is installed"
-            )
-        report = smoke_check.run_smoke(result.dest, package_name)
-        exit_code = 0 if report["passed"] else 1
-        if not quiet or not report["passed"]:
-            typer.echo(smoke_check.describe(report), err=not report["passed"])
-    elif not quiet and smoke is None:
+def _report_created(created, seconds: float) -> None:
+    result = created.result
+    typer.echo(f"Created {result.dest.name}: {describe_answers(result.answers)}")
+    if created.uncommitted:
         typer.echo(
-            f"Smoke check skipped: torch is not importable here. After installing the project, "
-            f"run: python -m {package_name}.overfit"
+            "  warning: rendered from uncommitted template edits; the project records a "
+            "commit that exists nowhere, so scaffold update will not work for it",
+            err=True,
         )
-    if not quiet:
-        _print_next_steps(result.dest, package_name)
-    return exit_code
+    typer.echo(f"  {len(result.files)} files in {result.dest} ({seconds:.1f} s)")
+    for backup in result.backups:
+        typer.echo(f"  kept your earlier {backup.with_suffix('')} as {backup}")
+    for stale in result.removed:
+        typer.echo(f"  removed {stale.name}, left by a scaffold new that was killed", err=True)
+
+
+def _smoke_check(created, smoke: bool | None, quiet: bool) -> int:
+    """Run the smoke check where it can run; the project is kept whatever it finds."""
+    from scaffold import smoke as smoke_check
+
+    project, package = created.result.dest, created.package
+    if smoke is False:
+        return 0
+    missing = smoke_check.missing_modules(project)
+    if missing:
+        why = f"{', '.join(missing)} not importable by {sys.executable}"
+        later = smoke_check.later_command(project, package)
+        if smoke:
+            raise ScaffoldError(
+                f"--smoke cannot run: {why}; the project in {project} is complete and kept; "
+                f"check it later with: {later}"
+            )
+        if not quiet:
+            typer.echo(f"Smoke check skipped: {why}. Check it later with: {later}")
+        return 0
+    report = smoke_check.run_smoke(project, package)
+    if not quiet or not report["passed"]:
+        typer.echo(smoke_check.describe(report), err=not report["passed"])
+    if not report["passed"]:
+        typer.echo(f"  the project in {project} is kept, to look into", err=True)
+    return 0 if report["passed"] else 1
 
 
 def describe_answers(answers: dict) -> str:
@@ -345,4 +389,11 @@ def _print_next_steps(dest: Path, package: str) -> None:
 
 
 def main() -> None:
+    # From here on a Ctrl-C raises KeyboardInterrupt, which each step turns into one line that
+    # says what was kept; the handler set while this module loaded is no longer needed.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     app()
+
+
+if _sigint_before is not None:
+    signal.signal(signal.SIGINT, _sigint_before)

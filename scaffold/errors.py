@@ -20,3 +20,10 @@ class UsageError(ScaffoldError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, exit_code=2)
+
+
+class Interrupted(ScaffoldError):
+    """Ctrl-C: exit code 130, and a message that says what, if anything, was kept."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, exit_code=130)

@@ -66,7 +66,7 @@ def test_interactive_run_asks_again_for_an_invalid_patience(tmp_path, monkeypatc
     typed = "classification\nplateau\n6\nn\nn\ny\n4\n8\n\n"
     result = invoke("new", str(tmp_path / "again"), "--no-smoke", input=typed)
     assert result.exit_code == 0, result.output
-    assert "--patience (4) must be larger than --plateau-patience (6)" in result.output
+    assert "  must be larger than the plateau patience (6), or training stops" in result.output
     assert "patience [7]" in result.output  # the default offered is a valid one
     assert answers(tmp_path / "again", "plateau_patience", "patience") == (6, 8)
 
@@ -84,7 +84,9 @@ def test_interactive_run_skips_questions_answered_by_flags(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize(
-    "name", ["2fast", "class", "{{x}}", "a;b", "$(id)", "x y", "..", "../up", "", "torch", "ends."]
+    "name",
+    ["2fast", "class", "{{x}}", "a;b", "$(id)", "x y", "..", "../up", "", "torch", "ends.", "json"]
+    + ["src", "pytest", "a" * 240, "a" * 255, "a" * 256, "a" * 300],
 )
 def test_bad_names_exit_2_with_one_line_and_write_nothing(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
@@ -102,7 +104,10 @@ def test_patience_not_above_plateau_patience_is_refused(tmp_path):
         "--early-stopping", "--patience", "3", "--no-smoke",
     )  # fmt: skip
     assert result.exit_code == 2
-    assert "--patience (3) must be larger than --plateau-patience (3)" in result.output
+    assert result.output == (
+        "error: --patience 3: must be larger than the plateau patience (3), "
+        "or training stops before the learning rate is ever lowered\n"
+    )
     assert not dest.exists()
 
 
@@ -168,6 +173,12 @@ def test_version_and_help():
     flags = "--task --scheduler --amp --clip --max-grad-norm --early-stopping --patience --seed"
     for flag in flags.split() + ["--defaults", "--smoke", "--force", "--quiet"]:
         assert flag in sub.output, flag
+    # Every option shows its default; help lines wrap, so compare without the line breaks.
+    text = " ".join(sub.output.split())
+    for default in ["classification", "cosine", "2", "off", "1.0", "5", "42"]:
+        assert f"[default: {default}]" in text, default
+    assert "(with --scheduler plateau). [default: 2]" in text
+    assert "(with --clip). [default: 1.0]" in text
 
 
 def test_help_does_not_import_copier_or_torch():

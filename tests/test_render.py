@@ -4,9 +4,11 @@ import re
 
 import pytest
 
-from tests.conftest import COMBOS, PYTHON, combo_id, run
+from tests.conftest import COMBOS, PYTHON, combo_id, combo_numbers, run
 
-TEMPLATE_SYNTAX = re.compile(r"\{\{|\{%|\{#|%\}|\}\}")
+# Jinja left unrendered: a {{ variable }}, a {% tag %} or a {# comment. A bare "}}" is not
+# counted: Python writes it in nested dicts such as {"model": {}}.
+TEMPLATE_SYNTAX = re.compile(r"\{\{ *[\w.|' ()-]+ *\}\}|\{%|%\}|\{#")
 
 
 @pytest.mark.parametrize("options", COMBOS, ids=combo_id)
@@ -43,3 +45,15 @@ def test_code_exists_only_for_the_chosen_options(render_combo, options):
     # No flags checked at run time for options that were decided at generation time.
     for word in ("use_amp", "if cfg.clip", "early_stopping:", "if cfg.scheduler"):
         assert word not in engine + train + config, word
+
+
+@pytest.mark.parametrize("options", COMBOS, ids=combo_id)
+def test_numeric_answers_land_in_the_config(render_combo, options):
+    # COMBOS spread seeds and numbers over the combinations; each must reach config.py as given.
+    package = render_combo(options).dest / "src" / f"proj_{combo_id(options).replace('-', '_')}"
+    config = (package / "config.py").read_text()
+    wanted = {name.split("=")[0]: name.split("=")[1] for name in combo_numbers(options).split()}
+    assert "seed" in wanted
+    kinds = {"seed": "int", "plateau_patience": "int", "patience": "int", "max_grad_norm": "float"}
+    for name, value in wanted.items():
+        assert re.search(rf"^    {name}: {kinds[name]} = {re.escape(value)}\b", config, re.M), name

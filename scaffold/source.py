@@ -35,6 +35,7 @@ ALIASES = {"gh:": "https://github.com/", "gl:": "https://gitlab.com/"}
 # "git+" in front, or copier reads them as a local folder that does not exist.
 COPIER_GIT_PREFIXES = ("git@", "git://", "git+", "https://github.com/", "https://gitlab.com/")
 REMOTE_TIMEOUT = 60  # seconds for git to list a remote's refs
+HASH = re.compile(r"[0-9a-f]{7,40}")
 
 
 @dataclass(frozen=True)
@@ -147,23 +148,37 @@ def install_bundle() -> Path:
     return bundle
 
 
-def user_source(path: str, ref: str | None) -> Source:
+def user_source(path: str, ref: str | None, ref_flag: str = "--vcs-ref") -> Source:
     """A template the user names: a git URL, or a local path (recorded absolute, so updates
-    work from anywhere). A local repository's default version is pinned to its commit, so
-    copier never renders (and records) a temporary commit of uncommitted files."""
+    work from anywhere). Checked before anything renders: a URL must answer, and `ref` must
+    name something in the source (`ref_flag` is the option the user gave it with). A local
+    repository's default version is pinned to its commit, so copier never renders (and
+    records) a temporary commit of uncommitted files."""
     if is_remote(path):
-        return Source(copier_url(path), ref)
-    local = Path(path).expanduser()
-    if not local.exists():
-        raise UsageError(
-            f"template source not found: {path} is no folder or file here, and not a git URL "
-            "(git@host:team/repo.git, https://host/team/repo.git, gh:team/repo)"
-        )
-    local = local.absolute()
-    if ref is None and _is_repository_root(local):
-        with History(Source(str(local), None)) as history:
-            ref = history.commit(history.default_ref()) or ref
-    return Source(str(local), ref)
+        source = Source(copier_url(path), ref)
+    else:
+        local = Path(path).expanduser()
+        if not local.exists():
+            raise UsageError(
+                f"template source not found: {path} is no folder or file here, and not a git "
+                "URL (git@host:team/repo.git, https://host/team/repo.git, gh:team/repo)"
+            )
+        source = Source(str(local.absolute()), ref)
+        if not _is_repository_root(local) and not local.is_file():
+            if ref is not None:
+                raise UsageError(f"{ref_flag} {ref}: {path} is a plain folder, without git refs")
+            return source  # a plain folder renders as it is, without history
+    with History(source) as history:
+        found = history.commit(ref or history.default_ref())
+        if ref is not None and found is None:
+            if history.knows_every_commit or not HASH.fullmatch(ref):
+                raise UsageError(
+                    f"{ref_flag} {ref}: {source.path} has no tag, branch or commit named {ref}"
+                )
+        if ref is None and found and history.git_dir and not source.remote:
+            if Path(source.path).is_dir():
+                source = Source(source.path, found)
+    return source
 
 
 class History:
@@ -262,6 +277,7 @@ class History:
 
 
 def _list_remote_refs(url: str) -> dict[str, str]:
+    shown = url.removeprefix("git+")  # as the user wrote it: copier_url may have added "git+"
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")  # never wait for a password
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o ConnectTimeout=15")
     try:
@@ -274,10 +290,10 @@ def _list_remote_refs(url: str) -> dict[str, str]:
             timeout=REMOTE_TIMEOUT,
         )
     except subprocess.TimeoutExpired:
-        raise ScaffoldError(f"cannot reach {url}: no answer in {REMOTE_TIMEOUT} s") from None
+        raise ScaffoldError(f"cannot reach {shown}: no answer in {REMOTE_TIMEOUT} s") from None
     if listed.returncode != 0:
         raise ScaffoldError(
-            f"cannot reach {url}: {_first(listed)}; check the address and the network, or pass "
+            f"cannot reach {shown}: {_first(listed)}; check the address and the network, or pass "
             "--template with a local copy of the template"
         )
     refs = {}

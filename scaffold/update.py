@@ -18,6 +18,7 @@ from scaffold.errors import ScaffoldError, UsageError, first_line
 from scaffold.options import Options
 from scaffold.render import ANSWERS_FILE
 from scaffold.source import (
+    HASH,
     History,
     Source,
     builtin_source,
@@ -28,7 +29,6 @@ from scaffold.source import (
 )
 
 CHANGEABLE = {f.name: f.type for f in dataclasses.fields(Options)}
-HASH = re.compile(r"[0-9a-f]{7,40}")
 
 
 @dataclass
@@ -128,6 +128,8 @@ def read_project_answers(project: Path) -> dict:
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(err, "problem", None) or first_line(err)
         raise ScaffoldError(f"{where}: not valid YAML ({problem}); {restore}", 2) from None
+    if answers is None:
+        raise ScaffoldError(f"{path} is empty; {restore}", 2)
     if not isinstance(answers, dict):
         raise ScaffoldError(
             f"{path} holds {type(answers).__name__}, not copier's answers (KEY: VALUE lines); "
@@ -176,7 +178,7 @@ def recorded_source(answers: dict, to: str | None) -> tuple[Source, list[str]]:
 def plan_update(answers: dict, template: str | None = None, to: str | None = None) -> Plan:
     """Check the source, the ref and the recorded commit; change nothing."""
     if template:
-        source, notes = user_source(template, to), []
+        source, notes = user_source(template, to, ref_flag="--to"), []
     else:
         source, notes = recorded_source(answers, to)
     current = answers["_commit"]

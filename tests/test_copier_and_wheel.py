@@ -78,7 +78,7 @@ def test_plain_copier_refuses_bad_patience(tmp_path):
     ]
     result = run(command, tmp_path, stdin=subprocess.DEVNULL)
     assert result.returncode != 0
-    assert "must be larger than the plateau scheduler's" in result.stderr
+    assert "must be larger than the plateau patience (2)" in result.stderr
     assert not (tmp_path / "x").exists()
 
 

@@ -12,7 +12,6 @@ import yaml
 from typer.testing import CliRunner
 
 from scaffold import cli
-from tests.conftest import REPO
 from tests.test_update import (
     answers,
     commit_all,
@@ -205,7 +204,8 @@ def test_to_a_tag_and_check_against_tags(tmp_path, template_repo):
 BAD_ANSWERS = {
     "not YAML": ("_src_path: [unclosed\n_commit: abc\n", "not valid YAML"),
     "a list": ("- one\n- two\n", "holds list, not copier's answers"),
-    "empty": ("", "holds NoneType, not copier's answers"),
+    "empty": ("", ".copier-answers.yml is empty; restore it from git"),
+    "a string": ("just words\n", "holds str, not copier's answers"),
     "no _src_path": ("_commit: abc1234\ntask: regression\n", "has no _src_path"),
     "no _commit": ("_src_path: /somewhere\ntask: regression\n", "has no _commit"),
     "not UTF-8": (b"_src_path: \xff\xfe\n", "cannot read"),
@@ -240,10 +240,18 @@ def test_gone_local_source_is_named_not_replaced(tmp_path, template_repo):
     assert answers(project)["_src_path"] == str(gone)
 
 
-def test_gone_copy_of_scaffolds_own_template_is_repointed_and_said(tmp_path):
+def test_gone_copy_of_scaffolds_own_template_is_repointed_and_said(
+    tmp_path, monkeypatch, template_repo
+):
+    from scaffold import source
+
+    # scaffold's own template: a clean checkout (this one may hold uncommitted edits).
+    monkeypatch.setattr(source, "PACKAGED", tmp_path / "no-wheel")
+    monkeypatch.setattr(source, "CHECKOUT", template_repo)
     result = runner.invoke(cli.app, ["new", str(tmp_path / "own"), "-y", "--no-smoke"])
     assert result.exit_code == 0, result.output
     project = tmp_path / "own"
+    assert answers(project)["_src_path"] == str(template_repo)
     git(project, "init", "-q", "-b", "main")
     commit_all(project, "generated")
     gone = str(tmp_path / "old-home" / "template.bundle")  # scaffold's bundle, home since moved
@@ -251,7 +259,11 @@ def test_gone_copy_of_scaffolds_own_template_is_repointed_and_said(tmp_path):
     updated = update(project)
     assert updated.exit_code == 0, updated.output
     assert f"the recorded template source {gone} is gone; it was scaffold's own" in updated.output
-    assert answers(project)["_src_path"] == str(REPO)
+    assert answers(project)["_src_path"] == str(template_repo)
+    assert (
+        git(project, "log", "-1", "--format=%s")
+        == f"scaffold: record template source {template_repo}"
+    )
 
 
 def test_reachable_file_url_is_a_remote_that_updates(tmp_path, template_repo):
@@ -325,3 +337,24 @@ def test_one_function_tells_remote_from_local(src, remote):
         # copier takes every remote as given or with git+ in front; git takes the expansion.
         assert copier_url(src) in (src, "git+" + src)
         assert "://" in git_url(src) or "@" in git_url(src) or ":" in git_url(src)
+
+
+@pytest.mark.parametrize("kind", ["scp", "https", "gh"])
+def test_new_from_an_unreachable_url_is_one_line_and_writes_nothing(tmp_path, kind):
+    result = runner.invoke(
+        cli.app, ["new", str(tmp_path / "p"), "-y", "--no-smoke", "--template", UNREACHABLE[kind]]
+    )
+    one_line_error(result, 1, f"cannot reach {UNREACHABLE[kind]}: ")
+    assert not [p.name for p in tmp_path.iterdir() if p.name == "p" or p.name.startswith(".p.")]
+
+
+def test_new_with_an_unknown_vcs_ref_names_it(tmp_path, template_repo):
+    result = runner.invoke(
+        cli.app,
+        ["new", str(tmp_path / "p"), "-y", "--no-smoke", "--template", str(template_repo)]
+        + ["--vcs-ref", "v9"],
+    )
+    one_line_error(
+        result, 2, f"--vcs-ref v9: {template_repo} has no tag, branch or commit named v9"
+    )
+    assert not (tmp_path / "p").exists()

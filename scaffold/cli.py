@@ -1,22 +1,37 @@
 """The `scaffold` command line: parses, asks and reports; render.py and smoke.py do the work."""
 
 # ruff: noqa: E402 - the Ctrl-C handler must be in place before the slower imports below
-import signal
+import os
 import sys
 
+try:  # the C module behind `signal`, which would first import enum (~10 ms more to wait)
+    import _signal as early_signal
+except ImportError:  # not CPython
+    import signal as early_signal
 
-def _interrupted_while_starting(signum, frame):
+
+def _exit_interrupted(signum, frame):
+    # Only imports are running: nothing to clean up, and an exception raised in the middle of
+    # one may be swallowed by the import machinery; exit at once.
     sys.stderr.write("interrupted; nothing was written\n")
-    sys.exit(130)
+    sys.stderr.flush()
+    os._exit(130)
 
 
 # The console script imports this module before main() runs, and typer takes a while to load:
-# a Ctrl-C in that time must already be one line and exit 130. Put back at the end of the module.
+# a Ctrl-C in that time must already be one line and exit 130. OneLineErrors.main replaces
+# the handler; a program that only imports this module (a test run) gets its own back at the
+# end of the module.
+_RUN_AS_SCAFFOLD = "scaffold" in (
+    os.path.basename(sys.argv[0]),  # the console script
+    os.path.basename(os.path.dirname(sys.argv[0])),  # python -m scaffold: scaffold/__main__.py
+)
 try:
-    _sigint_before = signal.signal(signal.SIGINT, _interrupted_while_starting)
+    _sigint_before = early_signal.signal(early_signal.SIGINT, _exit_interrupted)
 except ValueError:  # imported outside the main thread, where no handler can be set
     _sigint_before = None
 
+import signal
 import time
 from enum import Enum
 from pathlib import Path
@@ -42,7 +57,18 @@ from scaffold.options import (
 class OneLineErrors(TyperGroup):
     """Report every error as one line on stderr with exit code 2 (usage) or 1, no traceback."""
 
+    command = None  # the subcommand being run, once Click has found it
+
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        self.command = name
+        return name, command, rest
+
     def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if _sigint_before is not None and signal.getsignal(signal.SIGINT) is _exit_interrupted:
+            # From here on a Ctrl-C raises KeyboardInterrupt, which each step turns into one
+            # line that says what was kept.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except Interrupted as err:
@@ -58,7 +84,9 @@ class OneLineErrors(TyperGroup):
             typer.echo("aborted; nothing was written", err=True)
             sys.exit(130)
         if result == 130:  # Typer turns a Ctrl-C that no command caught into a silent 130
-            typer.echo("interrupted", err=True)
+            # `new` reports its own interrupts; one that reaches here came before it began.
+            done = "; nothing was written" if self.command in (None, "new") else ""
+            typer.echo(f"interrupted{done}", err=True)
         sys.exit(result if isinstance(result, int) else 0)
 
 
@@ -389,11 +417,10 @@ def _print_next_steps(dest: Path, package: str) -> None:
 
 
 def main() -> None:
-    # From here on a Ctrl-C raises KeyboardInterrupt, which each step turns into one line that
-    # says what was kept; the handler set while this module loaded is no longer needed.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The handler set while this module loaded stays until OneLineErrors.main begins: Typer
+    # builds the command first, and a Ctrl-C then has nothing to clean up either.
     app()
 
 
-if _sigint_before is not None:
+if _sigint_before is not None and not _RUN_AS_SCAFFOLD:
     signal.signal(signal.SIGINT, _sigint_before)

@@ -79,8 +79,9 @@ def create_project(
 
     project_name, package_name = project_names(dest)
     source = builtin_source() if template is None else user_source(template, vcs_ref)
+    uncommitted = has_uncommitted_template(source)  # before: once DEST exists, nothing can fail
     result = render_project(dest, project_name, package_name, answers, force=force, source=source)
-    return Created(result, package_name, has_uncommitted_template(source))
+    return Created(result, package_name, uncommitted)
 
 
 def render_project(
@@ -108,6 +109,7 @@ def render_project(
     source = source or builtin_source()
     data = {"project_name": project_name, "package_name": package_name, **options}
     made = _make_parents(dest.parent)
+    moved = False
     try:
         with _claim(dest) as (staging, removed):
             if dest.is_dir() and any(dest.iterdir()) and not force:
@@ -120,7 +122,10 @@ def render_project(
             answers = read_answers(rendered)
             with _deferred_interrupts():  # a half-moved project is worse than a late Ctrl-C
                 backups = _move_into_place(rendered, dest, files)
+                moved = True
     except KeyboardInterrupt:
+        if moved:  # the Ctrl-C came during the move, and waited for it
+            raise Interrupted(f"interrupted; the project in {dest} is complete and kept") from None
         with _deferred_interrupts():
             _remove_empty(made)
         raise Interrupted("interrupted; nothing was written") from None
@@ -236,11 +241,17 @@ def remove_stale_staging(parent: Path) -> list[Path]:
     return removed
 
 
+def staging_folder(dest: Path) -> Path:
+    """The staging folder of a render into DEST: beside it (so the final move is a rename),
+    named after a hash of DEST's name (so two runs into one DEST meet, and the name is short)."""
+    digest = hashlib.sha256(dest.name.encode()).hexdigest()[:12]
+    return dest.parent / f".{digest}{STAGING_SUFFIX}"
+
+
 @contextlib.contextmanager
 def _claim(dest: Path):
     """Own DEST for the whole render: an exclusively created staging folder beside it."""
-    digest = hashlib.sha256(dest.name.encode()).hexdigest()[:12]
-    staging = dest.parent / f".{digest}{STAGING_SUFFIX}"
+    staging = staging_folder(dest)
     removed = remove_stale_staging(dest.parent)
     try:
         staging.mkdir()

@@ -62,7 +62,11 @@ def missing_modules(project: Path) -> list[str]:
         if not name or (marker and not _applies_here(marker)):
             continue
         module = name[1].lower().replace("-", "_").replace(".", "_")
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken install, or one blocked in sys.modules
+            found = False
+        if not found:
             missing.append(module)
     return missing
 

@@ -1,0 +1,127 @@
+"""One list of good and bad answers, run through `scaffold new` and plain `copier copy`: the
+two must agree on each, since both read the same copier.yml."""
+
+import math
+import warnings
+
+import copier
+import pytest
+from typer.testing import CliRunner
+
+from scaffold import cli
+from tests.conftest import REPO
+
+# (answers, refused because of); None where both must accept the answers.
+NAME_CASES = [
+    ("my-proj", None),
+    ("My.Proj2", None),
+    ("x1", None),
+    ("a" * 100, None),
+    ("json", "would shadow"),
+    ("src", "would shadow"),
+    ("pytest", "would shadow"),
+    ("tests", "would shadow"),
+    ("os", "would shadow"),
+    ("class", "would shadow"),
+    ("import", "would shadow"),
+    ("torch", "would shadow"),
+    ("a.", "use letters, digits"),
+    ("ends-", "use letters, digits"),
+    ("2fast", "use letters, digits"),
+    ("a" * 101, "use at most 100 characters"),
+    ("a" * 240, "use at most 100 characters"),
+    ("a" * 300, "use at most 100 characters"),
+]
+NUMBER_CASES = [
+    ({"seed": 0}, None),
+    ({"seed": 2**32 - 1}, None),
+    ({"seed": 7}, None),
+    ({"seed": -1}, "must be between 0 and 4294967295"),
+    ({"seed": 2**32}, "must be between 0 and 4294967295"),
+    ({"clip": True, "max_grad_norm": 0.5}, None),
+    ({"clip": True, "max_grad_norm": 1e-8}, None),
+    ({"clip": True, "max_grad_norm": math.nan}, "must be a finite number greater than 0"),
+    ({"clip": True, "max_grad_norm": math.inf}, "must be a finite number greater than 0"),
+    ({"clip": True, "max_grad_norm": -math.inf}, "must be a finite number greater than 0"),
+    ({"clip": True, "max_grad_norm": 0.0}, "must be a finite number greater than 0"),
+    ({"clip": True, "max_grad_norm": -1.0}, "must be a finite number greater than 0"),
+    ({"early_stopping": True, "patience": 1}, None),
+    ({"early_stopping": True, "patience": 0}, "must be 1 or more"),
+    ({"early_stopping": True, "patience": -3}, "must be 1 or more"),
+    ({"scheduler": "plateau", "plateau_patience": 0}, None),
+    ({"scheduler": "plateau", "plateau_patience": -1}, "must be 0 or more"),
+    (
+        {"scheduler": "plateau", "plateau_patience": 2, "early_stopping": True, "patience": 3},
+        None,
+    ),
+    (
+        {"scheduler": "plateau", "plateau_patience": 3, "early_stopping": True, "patience": 3},
+        "must be larger than the plateau patience (3)",
+    ),
+    (
+        {"scheduler": "plateau", "plateau_patience": 5, "early_stopping": True, "patience": 2},
+        "must be larger than the plateau patience (5)",
+    ),
+    # Without --patience, the default rises above the plateau patience: valid in both.
+    ({"scheduler": "plateau", "plateau_patience": 9, "early_stopping": True}, None),
+]
+
+
+def flags(answers: dict) -> list[str]:
+    args = []
+    for name, value in answers.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag[2:])
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def scaffold_verdict(dest, answers: dict) -> str | None:
+    result = CliRunner().invoke(cli.app, ["new", str(dest), "-y", "--no-smoke", *flags(answers)])
+    if result.exit_code == 0:
+        assert dest.is_dir()
+        return None
+    assert result.exit_code == 2, result.output
+    assert len(result.output.splitlines()) == 1 and result.output.startswith("error: ")
+    assert not dest.exists()
+    return result.output
+
+
+def copier_verdict(dest, answers: dict) -> str | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the checkout may have uncommitted edits
+            copier.run_copy(
+                str(REPO), dest, data=answers, defaults=True, vcs_ref="HEAD", quiet=True
+            )
+    except ValueError as err:
+        assert "Validation error for question" in str(err)
+        return str(err)
+    assert dest.is_dir()
+    return None
+
+
+def check_same(tmp_path, name: str, answers: dict, because: str | None):
+    ours = scaffold_verdict(tmp_path / "ours" / name, answers)
+    theirs = copier_verdict(tmp_path / "copier" / name, {"project_name": name, **answers})
+    if because is None:
+        assert ours is None and theirs is None, (ours, theirs)
+    else:
+        assert ours is not None and because in ours, ours
+        assert theirs is not None and because in theirs, theirs
+
+
+@pytest.mark.parametrize("name, because", NAME_CASES, ids=lambda v: str(v)[:24])
+def test_names_get_the_same_verdict_from_scaffold_and_copier(tmp_path, name, because):
+    check_same(tmp_path, name, {}, because)
+
+
+@pytest.mark.parametrize(
+    "answers, because",
+    NUMBER_CASES,
+    ids=["-".join(f"{k}={v}" for k, v in a.items()) for a, _ in NUMBER_CASES],
+)
+def test_numbers_get_the_same_verdict_from_scaffold_and_copier(tmp_path, answers, because):
+    check_same(tmp_path, "proj", answers, because)

@@ -72,9 +72,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         f = open(path, "rb")
     except OSError as err:
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: {err.strerror}; check its permissions"
-        ) from None
+        fix = "check its permissions" if isinstance(err, PermissionError) else "check the disk"
+        raise CheckpointError(f"cannot read checkpoint {path}: {err.strerror}; {fix}") from None
     with f, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

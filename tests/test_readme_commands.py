@@ -33,3 +33,27 @@ def test_the_demo_project_is_ignored_by_git():
     # demo/ lands inside the checkout; ignored, it never shows as an untracked change.
     ignored = run(["git", "check-ignore", "-q", "demo/README.md"], REPO)
     assert ignored.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "setup, tests, status, shown",
+    [
+        ("X=ran", 'echo "$X CI=$CI"; read -t 1 line || echo no-stdin', 0, "ran CI=true"),
+        ("false && echo never", "echo tests-ran", 1, ""),  # a failure inside an && chain
+        ("true", "exit 5", 1, "pytest collected no tests: that is a failure"),
+        ("true", "exit 3", 3, ""),
+    ],
+)
+def test_ci_script_runs_the_commands_in_one_shell_and_fails_on_any_failure(
+    tmp_path, setup, tests, status, shown
+):
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text((REPO / ".ci" / "run").read_text())
+    readme = f"# p\n\n```bash\n# set up\n{setup}\n\n# test\n{tests}\n```\n\n```bash\nnot run\n```\n"
+    (tmp_path / "README.md").write_text(readme)
+    result = run(["bash", ".ci/run"], tmp_path, stdin=subprocess.DEVNULL)
+    assert result.returncode == status, result.stdout + result.stderr
+    assert shown in result.stdout + result.stderr
+    assert "tests-ran" not in result.stdout and "not run" not in result.stdout
+    if status == 0:
+        assert "no-stdin" in result.stdout

@@ -175,9 +175,8 @@ def user_source(path: str, ref: str | None, ref_flag: str = "--vcs-ref") -> Sour
                 raise UsageError(
                     f"{ref_flag} {ref}: {source.path} has no tag, branch or commit named {ref}"
                 )
-        if ref is None and found and history.git_dir and not source.remote:
-            if Path(source.path).is_dir():
-                source = Source(source.path, found)
+        if ref is None and found and not source.remote and Path(source.path).is_dir():
+            source = Source(source.path, found)
     return source
 
 
@@ -206,19 +205,11 @@ class History:
             self.git_dir = _git("-C", path, "rev-parse", "--absolute-git-dir")
         elif Path(path).is_file():
             self._scratch = tempfile.mkdtemp(prefix="scaffold-history-")
-            _git("init", "-q", "--bare", self._scratch)
-            fetched = subprocess.run(
-                ["git", "-C", self._scratch, "fetch", "-q", path, "+refs/*:refs/*"],
-                capture_output=True,
-                text=True,
-            )
-            if fetched.returncode != 0:
+            try:
+                self._read_bundle(path)
+            except BaseException:  # Ctrl-C included: no scratch repository left behind
                 self.__exit__()
-                raise ScaffoldError(f"{path} is not a readable git bundle: {_first(fetched)}")
-            for line in _git("bundle", "list-heads", path).splitlines():
-                sha, _, name = line.partition(" ")
-                if name == "HEAD":  # the bundle's HEAD, so "HEAD" means what it meant there
-                    _git("-C", self._scratch, "update-ref", "--no-deref", "HEAD", sha)
+                raise
             self.git_dir = self._scratch
         else:
             raise ScaffoldError(
@@ -226,6 +217,20 @@ class History:
                 "copier needs the template's history to update a project"
             )
         return self
+
+    def _read_bundle(self, path: str) -> None:
+        _git("init", "-q", "--bare", self._scratch)
+        fetched = subprocess.run(
+            ["git", "-C", self._scratch, "fetch", "-q", path, "+refs/*:refs/*"],
+            capture_output=True,
+            text=True,
+        )
+        if fetched.returncode != 0:
+            raise ScaffoldError(f"{path} is not a readable git bundle: {_first(fetched)}")
+        for line in _git("bundle", "list-heads", path).splitlines():
+            sha, _, name = line.partition(" ")
+            if name == "HEAD":  # the bundle's HEAD, so "HEAD" means what it meant there
+                _git("-C", self._scratch, "update-ref", "--no-deref", "HEAD", sha)
 
     def __exit__(self, *exc) -> None:
         if self._scratch:
@@ -239,8 +244,11 @@ class History:
         if rev.startswith("-"):
             return None  # never an option to git
         if self.git_dir is not None:
-            if _git("--git-dir", self.git_dir, "rev-parse", "-q", "--verify", f"{rev}^{{commit}}"):
-                return _git("--git-dir", self.git_dir, "rev-parse", f"{rev}^{{commit}}")
+            found = _git(
+                "--git-dir", self.git_dir, "rev-parse", "-q", "--verify", f"{rev}^{{commit}}"
+            )
+            if found:
+                return found
             described = re.search(r"-g([0-9a-f]{7,40})$", rev)
             return self.commit(described.group(1)) if described else None
         for name in (f"refs/tags/{rev}^{{}}", f"refs/tags/{rev}", f"refs/heads/{rev}", rev):
@@ -291,6 +299,8 @@ def _list_remote_refs(url: str) -> dict[str, str]:
         )
     except subprocess.TimeoutExpired:
         raise ScaffoldError(f"cannot reach {shown}: no answer in {REMOTE_TIMEOUT} s") from None
+    except OSError as err:
+        raise ScaffoldError(f"cannot reach {shown}: git cannot run ({err.strerror})") from None
     if listed.returncode != 0:
         raise ScaffoldError(
             f"cannot reach {shown}: {_first(listed)}; check the address and the network, or pass "
@@ -315,5 +325,9 @@ def _first(result: subprocess.CompletedProcess) -> str:
 
 
 def _git(*args: str) -> str:
-    result = subprocess.run(["git", *args], capture_output=True, text=True)
+    """git's output, or "" when it fails (or is not installed: copier will say so)."""
+    try:
+        result = subprocess.run(["git", *args], capture_output=True, text=True)
+    except OSError:
+        return ""
     return result.stdout.strip() if result.returncode == 0 else ""

@@ -6,6 +6,7 @@ rewritten to such a host, so these tests behave the same with or without a netwo
 """
 
 import subprocess
+import tempfile
 
 import pytest
 import yaml
@@ -358,3 +359,46 @@ def test_new_with_an_unknown_vcs_ref_names_it(tmp_path, template_repo):
         result, 2, f"--vcs-ref v9: {template_repo} has no tag, branch or commit named v9"
     )
     assert not (tmp_path / "p").exists()
+
+
+def test_bundle_source_checks_and_updates(tmp_path, template_repo, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    git(template_repo, "tag", "-a", "v1.0", "-m", "A")  # annotated: a tag object, not a commit
+    bundle = tmp_path / "template.bundle"
+    git(template_repo, "bundle", "create", str(bundle), "--all")
+    project = new_project(tmp_path, bundle)
+    assert answers(project)["_commit"] == "v1.0"
+    assert update(project, "--check").output.startswith("up to date with template v1.0")
+    release_version_b(template_repo)
+    git(template_repo, "tag", "-a", "v1.1", "-m", "B")
+    git(template_repo, "bundle", "create", str(bundle), "--all")  # a longer history, same path
+    one_line_error(update(project, "--to", "v2.0"), 2, f"{bundle} has no tag, branch or commit")
+    assert "a newer template is available: v1.0 -> " in update(project, "--check").output
+    result = update(project)
+    assert result.exit_code == 0, result.output
+    assert answers(project)["_commit"] == "v1.1"
+    assert not list(scratch.glob("scaffold-history-*"))  # scratch repositories are gone
+
+
+def test_random_bytes_as_a_bundle_are_one_line(tmp_path, template_repo):
+    project = new_project(tmp_path, template_repo)
+    fake = tmp_path / "fake.bundle"
+    fake.write_bytes(bytes(range(256)) * 4)
+    before = state(project)
+    one_line_error(update(project, "--template", str(fake)), 1, f"{fake} is not a readable git")
+    assert state(project) == before
+
+
+def test_remote_hash_that_is_no_tip_is_left_to_the_update(tmp_path, template_repo):
+    first = git(template_repo, "rev-parse", "HEAD")
+    release_version_b(template_repo)
+    url = f"file://{template_repo}"
+    project = new_project(tmp_path, template_repo)
+    # ls-remote lists tips only: an older hash on a remote is neither found nor refused.
+    check = update(project, "--check", "--template", url, "--to", first[:10])
+    assert check.exit_code == 0, check.output
+    assert check.output.strip() == f"on template {answers(project)['_commit']}; whether " + (
+        f"{first[:10]} is newer shows on update"
+    )

@@ -133,10 +133,12 @@ def problem_with(question: Question, answers: dict) -> str:
 class _Checks:
     """The methods of Options; its fields come from copier.yml."""
 
-    def validate(self) -> None:
+    def validate(self, as_setting: bool = False) -> None:
         """Raise UsageError, naming the option, for a value copier.yml's validators refuse.
 
-        As in copier, an option whose switch is off is not checked: it is not used.
+        The option is named as a flag (`--seed -1: ...`), or with `as_setting` as the
+        `--set` of `scaffold update` writes it (`seed=-1: ...`). As in copier, an option whose
+        switch is off is not checked: it is not used.
         """
         answers = asdict(self)
         for question in OPTIONS.values():
@@ -144,7 +146,9 @@ class _Checks:
                 continue
             problem = problem_with(question, answers)
             if problem:
-                raise UsageError(f"{question.flag} {answers[question.name]}: {problem}")
+                value = answers[question.name]
+                named = f"{question.name}={value}" if as_setting else f"{question.flag} {value}"
+                raise UsageError(f"{named}: {problem}")
 
     def answers(self) -> dict:
         """The copier answers: follow-up values only where their switch is on."""

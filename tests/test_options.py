@@ -110,6 +110,11 @@ def test_out_of_range_options_are_refused_naming_the_flag(options, message):
     assert str(caught.value).startswith(message)
 
 
+def test_as_a_setting_the_option_is_named_as_scaffold_update_set_writes_it():
+    with pytest.raises(UsageError, match=r"^seed=-1: must be between 0 and 4294967295"):
+        Options(seed=-1).validate(as_setting=True)
+
+
 @pytest.mark.parametrize(
     "options",
     [

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scaffold.errors import ScaffoldError, UsageError, first_line
-from scaffold.options import Options
+from scaffold.options import OPTIONS, Options
 from scaffold.render import ANSWERS_FILE
 from scaffold.source import (
     HASH,
@@ -74,6 +74,20 @@ def parse_sets(items: list[str]) -> dict:
         else:
             values[key] = text
     return values
+
+
+def refuse_unused_sets(sets: dict, options: Options) -> None:
+    """A --set of a follow-up answer whose switch stays off would change nothing: refuse it
+    (copier.yml says which switch each answer follows)."""
+    for name in sets:
+        question = OPTIONS.get(name)
+        if question and question.parent:
+            switch, value = question.parent
+            if getattr(options, switch) != value:
+                needed = f"{switch}={str(value).lower()}"
+                raise UsageError(
+                    f"--set {name} applies only with {needed}; add --set {needed} or drop it"
+                )
 
 
 def git(project: Path, *args: str, check: bool = True) -> str:
@@ -239,6 +253,7 @@ def update_project(
         options.validate()
     except (TypeError, ValueError) as err:
         raise UsageError(f"{ANSWERS_FILE} or --set: {first_line(err)}") from None
+    refuse_unused_sets(sets, options)
     plan = plan_update(answers, template, to)
     head = git(project, "rev-parse", "--verify", "-q", "HEAD", check=False)
     if not head:

@@ -402,3 +402,29 @@ def test_remote_hash_that_is_no_tip_is_left_to_the_update(tmp_path, template_rep
     assert check.output.strip() == f"on template {answers(project)['_commit']}; whether " + (
         f"{first[:10]} is newer shows on update"
     )
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["max_grad_norm=0.5"], "--set max_grad_norm applies only with clip=true"),
+        (["plateau_patience=3"], "--set plateau_patience applies only with scheduler=plateau"),
+        (["patience=9"], "--set patience applies only with early_stopping=true"),
+        (["clip=true", "max_grad_norm=nan"], "--max-grad-norm nan: "),
+        (["clip=true", "max_grad_norm=-1"], "--max-grad-norm -1.0: "),
+        (["seed=-1"], "--seed -1: "),
+    ],
+)
+def test_set_values_are_checked_like_new_and_change_nothing(tmp_path, template_repo, sets, message):
+    project = new_project(tmp_path, template_repo)
+    before = state(project)
+    result = update(project, *[arg for value in sets for arg in ("--set", value)])
+    one_line_error(result, 2, message)
+    assert state(project) == before
+
+
+def test_set_a_follow_up_with_its_switch(tmp_path, template_repo):
+    project = new_project(tmp_path, template_repo)
+    result = update(project, "--set", "clip=true", "--set", "max_grad_norm=0.25")
+    assert result.exit_code == 0, result.output
+    assert (answers(project)["clip"], answers(project)["max_grad_norm"]) == (True, 0.25)

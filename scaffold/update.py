@@ -76,6 +76,24 @@ def parse_sets(items: list[str]) -> dict:
     return values
 
 
+def checked_options(recorded: dict, sets: dict) -> Options:
+    """The project's options after --set, checked as scaffold new checks them; a bad value
+    that comes from the answers file is blamed on the file, not on a flag."""
+    try:
+        options = Options(**{**recorded, **sets})
+        options.validate()
+    except (UsageError, TypeError, ValueError) as err:
+        message = first_line(err)
+        flag = re.match(r"--([\w-]+) ", message)
+        name = flag.group(1).replace("-", "_") if flag else None
+        if name in sets:
+            raise UsageError(message) from None
+        hint = f"; fix it, or pass --set {name}=VALUE" if name else ""
+        raise UsageError(f"{ANSWERS_FILE} records a bad answer: {message}{hint}") from None
+    refuse_unused_sets(sets, options)
+    return options
+
+
 def refuse_unused_sets(sets: dict, options: Options) -> None:
     """A --set of a follow-up answer whose switch stays off would change nothing: refuse it
     (copier.yml says which switch each answer follows)."""
@@ -248,12 +266,7 @@ def update_project(
     answers = read_project_answers(project)
     check_clean_repository(project)
     current = {key: answers[key] for key in CHANGEABLE if key in answers}
-    try:
-        options = Options(**{**current, **sets})
-        options.validate()
-    except (TypeError, ValueError) as err:
-        raise UsageError(f"{ANSWERS_FILE} or --set: {first_line(err)}") from None
-    refuse_unused_sets(sets, options)
+    options = checked_options(current, sets)
     plan = plan_update(answers, template, to)
     head = git(project, "rev-parse", "--verify", "-q", "HEAD", check=False)
     if not head:
@@ -286,7 +299,7 @@ def update_project(
     except Exception as err:  # copier's own errors, ValueError for answers, Jinja's, git's
         _restore(project, head)
         raise ScaffoldError(
-            f"copier could not update the project: {first_line(err)}; the project is as it was"
+            f"copier could not update the project: {_reason(err)}; the project is as it was"
         ) from None
     except BaseException:  # Ctrl-C: put the project back, then let the CLI report it
         _restore(project, head)
@@ -297,6 +310,17 @@ def update_project(
     changed = [line[3:] for line in status.splitlines()]
     after = read_project_answers(project)["_commit"]
     return UpdateResult(plan.current, after, changed, conflicts, repointed, plan.notes)
+
+
+def _reason(err: BaseException) -> str:
+    """The first line of the error, or of its cause when it has no message of its own (copier's
+    InvalidTypeError, for one, carries its reason only as the cause)."""
+    for error in (err, err.__cause__, err.__context__):
+        if error is not None and str(error).strip():
+            return (
+                first_line(error) if error is err else f"{type(err).__name__}: {first_line(error)}"
+            )
+    return type(err).__name__
 
 
 def _record_source(project: Path, path: str) -> None:

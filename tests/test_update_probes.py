@@ -428,3 +428,25 @@ def test_set_a_follow_up_with_its_switch(tmp_path, template_repo):
     result = update(project, "--set", "clip=true", "--set", "max_grad_norm=0.25")
     assert result.exit_code == 0, result.output
     assert (answers(project)["clip"], answers(project)["max_grad_norm"]) == (True, 0.25)
+
+
+@pytest.mark.parametrize(
+    "line, value, message",
+    [
+        ("amp", "maybe", "--amp maybe: must be of type bool"),
+        ("seed", "[1]", "--seed [1]: must be of type int"),
+        ("task", "poetry", "--task poetry: must be one of classification, regression"),
+    ],
+)
+def test_bad_recorded_answer_is_blamed_on_the_file(tmp_path, template_repo, line, value, message):
+    project = new_project(tmp_path, template_repo)
+    path = project / ".copier-answers.yml"
+    text = path.read_text()
+    old = next(row for row in text.splitlines() if row.startswith(f"{line}: "))
+    path.write_text(text.replace(old, f"{line}: {value}"))
+    commit_all(project, "a hand edit")
+    before = state(project)
+    result = update(project)
+    one_line_error(result, 2, ".copier-answers.yml records a bad answer: ", message)
+    assert result.output.strip().endswith(f"fix it, or pass --set {line}=VALUE")
+    assert state(project) == before

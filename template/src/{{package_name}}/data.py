@@ -58,6 +58,7 @@ def read_csv(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, lis
     grows with the number of cells rather than with Python objects.
     """
     _check_regular_file(path)
+    target = target.strip()  # as the column names are
     try:
         with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
             reader = csv.reader(_lines(f, path))

@@ -267,7 +267,7 @@ class History:
 
     def default_ref(self) -> str:
         """What copier renders when given no ref: the latest release tag, else HEAD."""
-        from packaging.version import InvalidVersion, Version  # a dependency of copier
+        from packaging.version import InvalidVersion, Version
 
         if self.git_dir is not None:
             names = _git("--git-dir", self.git_dir, "tag", "--list").splitlines()

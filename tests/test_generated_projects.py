@@ -23,7 +23,9 @@ def test_generated_test_suite_passes(render_combo, options):
 def test_train_command_writes_metrics_and_checkpoints(render_combo, options):
     project = render_combo(options).dest
     package = project.name.replace("-", "_")
-    command = [PYTHON, "-m", f"{package}.train", "--epochs", "3", "--out", "run"]
+    # A seed of its own per combination, so a result that holds only for one seed shows up.
+    seed = str(101 + 37 * COMBOS.index(options))
+    command = [PYTHON, "-m", f"{package}.train", "--epochs", "3", "--out", "run", "--seed", seed]
     result = run(command, project, env=project_env())
     assert result.returncode == 0, result.stderr
     with open(project / "run" / "metrics.csv", newline="") as f:
@@ -31,6 +33,8 @@ def test_train_command_writes_metrics_and_checkpoints(render_combo, options):
     assert [row["epoch"] for row in rows] == ["1", "2", "3"]
     assert (project / "run" / "last.pt").stat().st_size > 0
     assert (project / "run" / "best.pt").stat().st_size > 0
-    assert len(result.stdout.strip().splitlines()) == 4  # three epoch lines and a summary
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 5, lines  # the model's size, three epoch lines and a summary
+    assert lines[0].startswith("model: ") and " parameters; each checkpoint about " in lines[0]
     losses = [float(row["train_loss"]) for row in rows]
     assert losses[-1] < losses[0]

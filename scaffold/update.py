@@ -81,13 +81,13 @@ def checked_options(recorded: dict, sets: dict) -> Options:
     that comes from the answers file is blamed on the file, not on a flag."""
     try:
         options = Options(**{**recorded, **sets})
-        options.validate()
+        options.validate(as_setting=True)  # "seed=-1: ...", as --set writes it
     except (UsageError, TypeError, ValueError) as err:
         message = first_line(err)
-        flag = re.match(r"--([\w-]+) ", message)
-        name = flag.group(1).replace("-", "_") if flag else None
+        setting = re.match(r"(\w+)=", message)
+        name = setting.group(1) if setting else None
         if name in sets:
-            raise UsageError(message) from None
+            raise UsageError(f"--set {message}") from None
         hint = f"; fix it, or pass --set {name}=VALUE" if name else ""
         raise UsageError(f"{ANSWERS_FILE} records a bad answer: {message}{hint}") from None
     refuse_unused_sets(sets, options)

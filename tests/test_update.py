@@ -202,7 +202,7 @@ def test_project_outside_git_is_refused(tmp_path, template_repo):
         ("colour=blue", "KEY one of: task, scheduler, plateau_patience, amp, clip"),
         ("amp=maybe", "--set amp: expected true or false, not 'maybe'"),
         ("patience=soon", "--set patience: expected a number"),
-        ("scheduler=linear", "must be one of cosine, plateau, not 'linear'"),
+        ("scheduler=linear", "--set scheduler=linear: must be one of cosine, plateau"),
         ("amp", "expected KEY=VALUE"),
     ],
 )

@@ -410,9 +410,9 @@ def test_remote_hash_that_is_no_tip_is_left_to_the_update(tmp_path, template_rep
         (["max_grad_norm=0.5"], "--set max_grad_norm applies only with clip=true"),
         (["plateau_patience=3"], "--set plateau_patience applies only with scheduler=plateau"),
         (["patience=9"], "--set patience applies only with early_stopping=true"),
-        (["clip=true", "max_grad_norm=nan"], "--max-grad-norm nan: "),
-        (["clip=true", "max_grad_norm=-1"], "--max-grad-norm -1.0: "),
-        (["seed=-1"], "--seed -1: "),
+        (["clip=true", "max_grad_norm=nan"], "--set max_grad_norm=nan: "),
+        (["clip=true", "max_grad_norm=-1"], "--set max_grad_norm=-1.0: "),
+        (["seed=-1"], "--set seed=-1: must be between 0 and"),
     ],
 )
 def test_set_values_are_checked_like_new_and_change_nothing(tmp_path, template_repo, sets, message):
@@ -433,9 +433,9 @@ def test_set_a_follow_up_with_its_switch(tmp_path, template_repo):
 @pytest.mark.parametrize(
     "line, value, message",
     [
-        ("amp", "maybe", "--amp maybe: must be of type bool"),
-        ("seed", "[1]", "--seed [1]: must be of type int"),
-        ("task", "poetry", "--task poetry: must be one of classification, regression"),
+        ("amp", "maybe", "amp=maybe: must be of type bool"),
+        ("seed", "[1]", "seed=[1]: must be of type int"),
+        ("task", "poetry", "task=poetry: must be one of classification, regression"),
     ],
 )
 def test_bad_recorded_answer_is_blamed_on_the_file(tmp_path, template_repo, line, value, message):

@@ -47,7 +47,7 @@ class Data:
 
 
 # Limits that turn an endless or mistaken input into an error instead of a full memory.
-MAX_LINE_CHARS = 1 << 20  # one physical line; a table with 10,000 wide columns still fits
+MAX_LINE_CHARS = 1 << 20  # one physical line: 10,000 columns of 100 characters still fit
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # features are stored as float32
 
 

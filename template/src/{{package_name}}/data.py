@@ -66,6 +66,8 @@ def read_csv(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, lis
             return _read_rows(reader, path, header, target)
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror}") from None
+    except MemoryError:
+        raise DataError(f"{path} does not fit in memory; train on a sample of its rows") from None
 
 
 def _check_regular_file(path: str | Path) -> None:
@@ -202,18 +204,26 @@ def load_data(cfg) -> Data:
         task, targets = Task.from_targets(raw_targets, train_index)
     except ValueError as err:
         raise DataError(f"{cfg.data}: {err}" if cfg.data else str(err)) from None
-    mean = features[train_index].mean(dim=0)
-    std = features[train_index].std(dim=0) if len(train_index) > 1 else torch.ones_like(mean)
-    std = torch.where(std > 0, std, torch.ones_like(std))  # constant columns stay as they are
-    features = (features - mean) / std
-    return Data(
-        train=Split(features[train_index], targets[train_index]),
-        val=Split(features[val_index], targets[val_index]),
-        task=task,
-        feature_names=names,
-        feature_mean=mean,
-        feature_std=std,
-    )
+    try:
+        train = features[train_index]
+        mean = train.mean(dim=0)
+        std = train.std(dim=0) if len(train_index) > 1 else torch.ones_like(mean)
+        std = torch.where(std > 0, std, torch.ones_like(std))  # constant columns stay as they are
+        del train
+        features.sub_(mean).div_(std)  # in place: a large table is not copied once more
+        return Data(
+            train=Split(features[train_index], targets[train_index]),
+            val=Split(features[val_index], targets[val_index]),
+            task=task,
+            feature_names=names,
+            feature_mean=mean,
+            feature_std=std,
+        )
+    except RuntimeError as err:
+        if "allocate" not in str(err):  # torch's words for a failed CPU or GPU allocation
+            raise
+        shape = f"{n} samples x {features.shape[1]} features"
+        raise DataError(f"{shape} do not fit in memory; train on a sample of the rows") from None
 
 
 class Batches:

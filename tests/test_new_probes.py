@@ -386,7 +386,7 @@ def test_a_crash_in_the_smoke_check_is_one_line_with_the_command_to_see_it(tmp_p
         (["--clip", "--max-grad-norm", "inf"], "--max-grad-norm inf: must be a finite number"),
         (["--seed", "-1"], "--seed -1: must be between 0 and 4294967295"),
         (["--seed", str(2**32)], "--seed 4294967296: must be between 0 and 4294967295"),
-        (["--early-stopping", "--patience", "0"], "--patience 0: must be 1 or more"),
+        (["--early-stopping", "--patience", "0"], "--patience 0: must be between 1 and 1000000"),
         (["--seed", "x"], "Invalid value for '--seed': "),
     ],
 )

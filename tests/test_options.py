@@ -94,8 +94,11 @@ def test_long_names_are_shortened_in_the_message():
         (Options(clip=True, max_grad_norm=-1.0), "--max-grad-norm -1.0: must be a finite"),
         (Options(seed=-1), "--seed -1: must be between 0 and 4294967295"),
         (Options(seed=2**32), "--seed 4294967296: must be between 0 and 4294967295"),
-        (Options(early_stopping=True, patience=0), "--patience 0: must be 1 or more"),
-        (Options(scheduler="plateau", plateau_patience=-1), "--plateau-patience -1: must be 0"),
+        (Options(early_stopping=True, patience=0), "--patience 0: must be between 1 and 1000000"),
+        (
+            Options(scheduler="plateau", plateau_patience=-1),
+            "--plateau-patience -1: must be between 0 and 1000000",
+        ),
         (
             Options(scheduler="plateau", early_stopping=True, patience=2, plateau_patience=2),
             "--patience 2: must be larger than the plateau patience (2)",

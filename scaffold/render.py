@@ -162,6 +162,10 @@ def _run_copier(source: Source, out: Path, data: dict, tmp: Path) -> None:
         raise ScaffoldError(f"copier could not render the template: {first_line(err)}") from None
     except OSError as err:
         raise ScaffoldError(f"cannot render the template: {err.strerror}: {err.filename}") from None
+    except Exception as err:  # noqa: BLE001 - a --template fork can fail in its own Jinja code
+        raise ScaffoldError(
+            f"the template failed to render: {type(err).__name__}: {first_line(err)}"
+        ) from None
     finally:
         tempfile.tempdir = saved
 

@@ -415,6 +415,24 @@ def test_template_renders_get_scaffolds_checks_too(tmp_path, args, message):
     assert leftovers(tmp_path) == []
 
 
+def test_a_fork_whose_jinja_fails_is_one_line_and_leaves_nothing(tmp_path):
+    # A team's fork with a broken template file: Jinja's own error, not a traceback.
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    (fork / "copier.yml").write_text("project_name:\n  type: str\n")
+    (fork / "broken.txt.jinja").write_text("{{ project_name | no_such_filter }}\n")
+    subprocess.run(["git", "init", "-q"], cwd=fork, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=fork, check=True)
+    subprocess.run(["git", "commit", "-qm", "fork"], cwd=fork, check=True)
+    out = tmp_path / "made"
+    out.mkdir()
+    result = invoke("new", str(out / "p"), "--template", str(fork), "--no-smoke")
+    assert result.exit_code == 1, result.output
+    line = one_error_line(result.output)
+    assert line.startswith("error: the template failed to render: TemplateAssertionError"), line
+    assert leftovers(out) == []
+
+
 def test_help_is_fast_and_imports_neither_copier_nor_torch():
     code = (
         "import sys, time; t = time.perf_counter(); from scaffold.cli import app\n"

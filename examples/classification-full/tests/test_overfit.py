@@ -1,5 +1,10 @@
 """The first check to run: the model, loss and optimizer can memorise one batch."""
 
+import math
+
+import torch
+
+from classification_full import overfit
 from classification_full.overfit import overfit_one_batch
 
 
@@ -9,3 +14,21 @@ def test_overfits_one_batch(cfg):
     assert result["metrics"]["accuracy"] == 1.0, result
     assert result["steps"] < 500, result
     assert result["passed"]
+
+
+def test_a_model_that_outputs_nan_fails_with_one_line(capsys, monkeypatch):
+    real_build_model = overfit.build_model
+
+    def broken_build_model(*args, **kwargs):
+        model = real_build_model(*args, **kwargs)
+        with torch.no_grad():
+            next(model.parameters()).fill_(math.nan)
+        return model
+
+    monkeypatch.setattr(overfit, "build_model", broken_build_model)
+    assert overfit.main(["--device", "cpu", "--steps", "5"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "error: overfit one batch FAILED: training loss is nan; check the model and loss"
+    ]

@@ -30,13 +30,17 @@ def test_command_line_run_writes_metrics_and_checkpoints(cfg, tmp_path, capsys):
     rows = read_rows(out / "metrics.csv")
     assert [row["epoch"] for row in rows] == ["1", "2", "3"]
     columns = ["epoch", "lr", "train_loss", "val_loss"] + [f"val_{m}" for m in METRICS]
+    columns.append("skipped_steps")  # fp16 updates the GradScaler skipped; none with bf16
+    assert [row["skipped_steps"] for row in rows] == ["0", "0", "0"]
     assert list(rows[0]) == columns
     assert load_checkpoint(out / "last.pt")["epoch"] == 3
     best = load_checkpoint(out / "best.pt")
     val_losses = [float(row["val_loss"]) for row in rows]
     assert best["epoch"] == 1 + val_losses.index(min(val_losses))
     assert best["best_val_loss"] == min(val_losses)
-    assert len(capsys.readouterr().out.splitlines()) == 4  # one line per epoch, one summary
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5, lines  # the model's size, one line per epoch, a summary
+    assert lines[0].startswith("model: ") and lines[0].endswith(" kB"), lines[0]
 
 
 def test_resumed_run_ends_where_an_uninterrupted_run_ends(cfg, tmp_path, monkeypatch):

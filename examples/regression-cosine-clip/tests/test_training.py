@@ -37,7 +37,9 @@ def test_command_line_run_writes_metrics_and_checkpoints(cfg, tmp_path, capsys):
     val_losses = [float(row["val_loss"]) for row in rows]
     assert best["epoch"] == 1 + val_losses.index(min(val_losses))
     assert best["best_val_loss"] == min(val_losses)
-    assert len(capsys.readouterr().out.splitlines()) == 4  # one line per epoch, one summary
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5, lines  # the model's size, one line per epoch, a summary
+    assert lines[0].startswith("model: ") and lines[0].endswith(" kB"), lines[0]
 
 
 def test_resumed_run_ends_where_an_uninterrupted_run_ends(cfg, tmp_path, monkeypatch):

@@ -1,9 +1,23 @@
 """One training epoch and one validation pass: the code whose order matters."""
 
+import math
 from collections.abc import Iterable
 
 import torch
 from torch import nn
+
+# A diverged run stops within this many steps instead of at the end of a long epoch. Reading
+# one loss this rarely costs nothing measurable; reading every step's would wait for the device
+# at each step (R11).
+CHECK_EVERY = 100
+
+
+class NonFiniteLoss(ArithmeticError):
+    """A loss of inf or nan; `step` is the 1-based training step within the epoch, if any."""
+
+    def __init__(self, phase: str, value: float, step: int | None = None) -> None:
+        super().__init__(f"{phase} loss is {value}")
+        self.value, self.step = value, step
 
 
 class EpochSums:
@@ -42,8 +56,14 @@ def train_one_epoch(
     amp_dtype: torch.dtype,
     max_grad_norm: float,
 ) -> dict[str, float]:
-    """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss."""
+    """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss.
+
+    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan.
+    """
     model.train()  # R9: evaluate() left the model in eval mode
+    # With fp16 the scaler skips updates whose gradients overflowed; the optimizer's own step
+    # count then stands still, so skipped steps are counted without reading anything per step.
+    updates_before = applied_updates(optimizer)
     losses, sizes = [], []
     for inputs, targets in batches:
         optimizer.zero_grad(set_to_none=True)  # R2: drop the last step's gradients before backward
@@ -57,12 +77,26 @@ def train_one_epoch(
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         scaler.step(optimizer)  # R5: skips the update when the gradients overflowed
         scaler.update()
-        # R11: detached, so no graph is kept; nothing is read from the device until the end.
+        # R11: detached, so no graph is kept; read from the device once per CHECK_EVERY steps.
         losses.append(loss.detach())
         sizes.append(len(targets))
+        if len(losses) % CHECK_EVERY == 0 and not torch.isfinite(losses[-1]):
+            break
     # R12: weighted by batch size, so a smaller last batch counts for the samples it holds.
     weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
-    return {"loss": (torch.stack(losses).double() * weights).sum().item() / sum(sizes)}
+    per_step = torch.stack(losses).double()
+    mean_loss = (per_step * weights).sum().item() / sum(sizes)
+    if not math.isfinite(mean_loss):  # one read per epoch; the first bad step only on failure
+        step = int(torch.isfinite(per_step).logical_not().nonzero()[0])
+        raise NonFiniteLoss("training", per_step[step].item(), step + 1)
+    skipped = len(losses) - (applied_updates(optimizer) - updates_before)
+    return {"loss": mean_loss, "skipped_steps": skipped}
+
+
+def applied_updates(optimizer: torch.optim.Optimizer) -> int:
+    """How many updates the optimizer applied: the step count of its first parameter."""
+    first = optimizer.param_groups[0]["params"][0]
+    return int(optimizer.state.get(first, {}).get("step", 0))
 
 
 @torch.no_grad()  # R10: no autograd graph is built or kept during validation

@@ -1,9 +1,23 @@
 """One training epoch and one validation pass: the code whose order matters."""
 
+import math
 from collections.abc import Iterable
 
 import torch
 from torch import nn
+
+# A diverged run stops within this many steps instead of at the end of a long epoch. Reading
+# one loss this rarely costs nothing measurable; reading every step's would wait for the device
+# at each step (R11).
+CHECK_EVERY = 100
+
+
+class NonFiniteLoss(ArithmeticError):
+    """A loss of inf or nan; `step` is the 1-based training step within the epoch, if any."""
+
+    def __init__(self, phase: str, value: float, step: int | None = None) -> None:
+        super().__init__(f"{phase} loss is {value}")
+        self.value, self.step = value, step
 
 
 class EpochSums:
@@ -39,7 +53,10 @@ def train_one_epoch(
     optimizer: torch.optim.Optimizer,
     task,
 ) -> dict[str, float]:
-    """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss."""
+    """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss.
+
+    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan.
+    """
     model.train()  # R9: evaluate() left the model in eval mode
     losses, sizes = [], []
     for inputs, targets in batches:
@@ -48,12 +65,19 @@ def train_one_epoch(
         loss = task.loss(outputs, targets)
         loss.backward()
         optimizer.step()  # R3: update with this batch's gradients
-        # R11: detached, so no graph is kept; nothing is read from the device until the end.
+        # R11: detached, so no graph is kept; read from the device once per CHECK_EVERY steps.
         losses.append(loss.detach())
         sizes.append(len(targets))
+        if len(losses) % CHECK_EVERY == 0 and not torch.isfinite(losses[-1]):
+            break
     # R12: weighted by batch size, so a smaller last batch counts for the samples it holds.
     weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
-    return {"loss": (torch.stack(losses).double() * weights).sum().item() / sum(sizes)}
+    per_step = torch.stack(losses).double()
+    mean_loss = (per_step * weights).sum().item() / sum(sizes)
+    if not math.isfinite(mean_loss):  # one read per epoch; the first bad step only on failure
+        step = int(torch.isfinite(per_step).logical_not().nonzero()[0])
+        raise NonFiniteLoss("training", per_step[step].item(), step + 1)
+    return {"loss": mean_loss}
 
 
 @torch.no_grad()  # R10: no autograd graph is built or kept during validation

@@ -1,7 +1,11 @@
 """Training configuration: typed defaults, then a TOML file, then command-line overrides."""
 
+import codecs
 import dataclasses
 import json
+import math
+import os
+import stat
 import sys
 import types
 import typing
@@ -16,6 +20,10 @@ else:  # pragma: no cover - Python 3.10
 
 class ConfigError(ValueError):
     """A configuration key or value that cannot be used."""
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a settings file is a few lines; a larger one is not a settings file
+SEED_MAX = 2**32 - 1  # numpy's seed range, the narrowest of the generators seeded
 
 
 @dataclass
@@ -54,21 +62,36 @@ class Config:
 
     def validate(self) -> None:
         """Raise ConfigError for a value no run could use."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            # inf and nan pass every range check below and would train on NaN.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{field.name} must be a finite number, got {value}")
+            if isinstance(value, str) and "\0" in value:
+                raise ConfigError(f"{field.name} must not contain a NUL character")
+        # Upper bounds catch typos (an extra zero or three) before they allocate the machine away.
         checks = [
             (0.0 < self.val_fraction < 1.0, "val_fraction must be between 0 and 1"),
-            (self.n_samples >= 2, "n_samples must be at least 2"),
-            (self.n_features >= 1, "n_features must be at least 1"),
+            (2 <= self.n_samples <= 10**8, "n_samples must be between 2 and 100000000"),
+            (1 <= self.n_features <= 10**5, "n_features must be between 1 and 100000"),
+            (
+                self.n_samples * self.n_features <= 10**9,
+                "n_samples x n_features must be at most 1000000000 (4 GB of synthetic data)",
+            ),
             (self.noise >= 0.0, "noise must be 0 or more"),
-            (self.hidden_dim >= 1, "hidden_dim must be at least 1"),
-            (self.num_layers >= 0, "num_layers must be 0 or more"),
+            (1 <= self.hidden_dim <= 2**16, "hidden_dim must be between 1 and 65536"),
+            (0 <= self.num_layers <= 1000, "num_layers must be between 0 and 1000"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
-            (self.epochs >= 1, "epochs must be at least 1"),
-            (self.batch_size >= 1, "batch_size must be at least 1"),
+            (1 <= self.epochs <= 10**6, "epochs must be between 1 and 1000000"),
+            (1 <= self.batch_size <= 10**8, "batch_size must be between 1 and 100000000"),
             (self.lr > 0.0, "lr must be greater than 0"),
             (self.weight_decay >= 0.0, "weight_decay must be 0 or more"),
             (self.min_lr >= 0.0, "min_lr must be 0 or more"),
             (self.max_grad_norm > 0.0, "max_grad_norm must be greater than 0"),
+            (0 <= self.seed <= SEED_MAX, f"seed must be between 0 and {SEED_MAX} (numpy's range)"),
             (self.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda"),
+            (str(self.target).strip() != "", "target must name a CSV column"),
+            (str(self.out).strip() != "", "out must name a folder for the run, e.g. runs/latest"),
         ]
         for ok, message in checks:
             if not ok:
@@ -93,7 +116,11 @@ def convert(key: str, value: typing.Any) -> typing.Any:
     if optional and value in ("", None):
         return None
     if base is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer with hundreds of digits
+            digits = len(str(abs(value)))
+            raise ConfigError(f"{key} must be a finite number, got {digits} digits") from None
     if type(value) is not base:
         raise ConfigError(f"{key} must be {base.__name__}, got {value!r}")
     return value
@@ -120,19 +147,41 @@ def load_config(
     """Defaults (or `base`, e.g. a checkpoint's config), then the TOML file, then KEY=VALUE."""
     values: dict[str, typing.Any] = dict(base or {})
     if path is not None:
-        try:
-            with open(path, "rb") as f:
-                values.update(tomllib.load(f))
-        except OSError as err:
-            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path} is not valid TOML: {err}") from None
+        values.update(read_toml(path))
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"override '{item}' is not KEY=VALUE")
         values[key.strip()] = value.strip()
     return Config(**{key: convert(key, value) for key, value in values.items()})
+
+
+def read_toml(path: str | Path) -> dict[str, typing.Any]:
+    """The settings in a TOML file, which must be a small, regular, UTF-8 file."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"config file {path} is a folder; give a TOML file")
+        if not stat.S_ISREG(mode):  # /dev/zero or a pipe would be read forever
+            raise ConfigError(f"config file {path} is not a regular file; give a TOML file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is over {MAX_CONFIG_BYTES} bytes; is it TOML?")
+    data = data.removeprefix(codecs.BOM_UTF8)  # as some Windows editors save UTF-8
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the file as UTF-8"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path} is not valid TOML: {err}") from None
 
 
 def dump_config(cfg: Config) -> str:

@@ -8,7 +8,7 @@ import time
 
 from .config import Config, ConfigError
 from .data import Batches, load_data
-from .engine import evaluate, train_one_epoch
+from .engine import NonFiniteLoss, evaluate, train_one_epoch
 from .model import build_model
 from .seed import seed_everything
 from .train import build_optimizer, resolve_device
@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except NonFiniteLoss as err:  # one batch at a fixed, modest rate: the model or loss is broken
+        print(f"error: overfit one batch FAILED: {err}; check the model and loss", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result))
     else:

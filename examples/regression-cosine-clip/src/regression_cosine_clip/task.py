@@ -1,11 +1,13 @@
 """The task: predict a real number; mean squared error on a standardised target; RMSE and MAE."""
 
 import math
+from array import array
 
 import torch
 from torch import nn
 
 METRICS = ("rmse", "mae")  # validation metrics, after the loss, in metrics.csv
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # targets are trained on as float32
 
 
 def make_synthetic(cfg, generator: torch.Generator) -> tuple[torch.Tensor, list]:
@@ -16,6 +18,25 @@ def make_synthetic(cfg, generator: torch.Generator) -> tuple[torch.Tensor, list]
     noise = cfg.noise * torch.randn(cfg.n_samples, generator=generator)
     target = torch.sin(2.0 * z[:, 0]) + 0.5 * z[:, 1] ** 2 + noise
     return features, target.tolist()
+
+
+def empty_targets() -> array:
+    return array("d")  # 8 bytes a row instead of a Python float object each
+
+
+def parse_target(text: str) -> float:
+    """The value of a CSV cell: a finite number that fits float32."""
+    try:
+        value = float(text)
+    except ValueError:
+        if not text.strip():
+            raise ValueError("is empty; every row needs a target value") from None
+        raise ValueError(f"is not a number: {text!r}; a regression target is numeric") from None
+    if not math.isfinite(value):
+        raise ValueError(f"is not a finite number: {text!r}; fill in a value or drop the row")
+    if abs(value) > FLOAT32_MAX:
+        raise ValueError(f"is too large for float32 (at most 3.4e38): {text!r}; rescale it")
+    return value
 
 
 class Task:
@@ -32,8 +53,8 @@ class Task:
     def from_targets(cls, values: list, train_index: torch.Tensor) -> tuple["Task", torch.Tensor]:
         """Standardise with the training split's mean and std, so validation leaks nothing."""
         try:
-            target = torch.tensor([float(value) for value in values])
-        except ValueError as err:
+            target = torch.tensor(values, dtype=torch.float32)
+        except (TypeError, ValueError) as err:
             raise ValueError(f"the target must be numeric for regression ({err})") from None
         train = target[train_index]
         mean = train.mean().item()

@@ -19,8 +19,8 @@ SEEDS = [5, 2718]
 # A small run: the point is the order of events, not the learning.
 SETTINGS = ["--epochs", "4", "--device", "cpu", "--set", "n_samples=256", "--set", "hidden_dim=16"]
 
-# Runs `python -m classification_full.train ARGS` once per JSON argument list, each in a process of
-# its own forked from this one, which has paid for importing torch once; prints the exit codes.
+# Runs `python -m PACKAGE.train ARGS` once per JSON argument list, each in a process of its
+# own forked from this one, which has paid for importing torch once; prints the exit codes.
 # A list that starts with "kill" makes that run write half of epoch 2's last.pt into
 # save_checkpoint's temporary file and then SIGKILL itself: no Python cleanup runs, as after
 # a power cut, an out-of-memory kill or a cluster scheduler's kill.
@@ -30,6 +30,8 @@ import io, json, os, runpy, signal, sys, traceback
 import torch
 
 from classification_full import checkpoint, seed
+
+TRAIN = checkpoint.__name__.rpartition(".")[0] + ".train"  # the module python -m would run
 
 seed.seed_everything(0)  # imports what every run needs before the forks share it
 
@@ -54,8 +56,8 @@ def train(args):
         if args[:1] == ["kill"]:
             checkpoint.save_checkpoint = save_then_die_in_epoch_2
             args = args[1:]
-        sys.argv = ["classification_full.train", *args]
-        runpy.run_module("classification_full.train", run_name="__main__", alter_sys=True)
+        sys.argv = [TRAIN, *args]
+        runpy.run_module(TRAIN, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else int(done.code is not None)

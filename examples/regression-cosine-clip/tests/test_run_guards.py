@@ -476,7 +476,7 @@ def test_ctrl_c_stops_with_one_line_exit_130_and_a_whole_last_pt(tmp_path, seed)
     out = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "regression_cosine_clip.train", *SMALL, "--seed", str(seed)]
+    command = [sys.executable, "-m", train.__name__, *SMALL, "--seed", str(seed)]
     endless = ["--epochs", "100000"]
     process = subprocess.Popen(
         [*command, *endless, "--out", str(out)],
@@ -494,10 +494,8 @@ def test_ctrl_c_stops_with_one_line_exit_130_and_a_whole_last_pt(tmp_path, seed)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == train.EXIT_INTERRUPTED == 130, stderr
     [line] = stderr.splitlines()
-    found = re.fullmatch(
-        r"interrupted at epoch (\d+); resume with python -m regression_cosine_clip\.train --resume (.+)",
-        line,
-    )
+    resume = f"python -m {re.escape(train.__name__)} --resume"
+    found = re.fullmatch(rf"interrupted at epoch (\d+); resume with {resume} (.+)", line)
     assert found and found.group(2) == str(out / "last.pt"), line
     epoch = finite_checkpoint(out / "last.pt")["epoch"]
     assert int(found.group(1)) - 1 <= epoch <= int(found.group(1))

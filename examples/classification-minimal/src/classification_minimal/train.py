@@ -3,8 +3,8 @@
 import argparse
 import csv
 import dataclasses
+import io
 import math
-import re
 import sys
 import tempfile
 import time
@@ -20,6 +20,7 @@ from .checkpoint import (
     remove_stale_temporaries,
     require_keys,
     save_checkpoint,
+    write_atomically,
 )
 from .config import Config, ConfigError, dump_config, load_config
 from .data import Batches, DataError, load_data
@@ -103,18 +104,14 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Config):
 def write_metrics(path: Path, history: list[dict]) -> None:
     """Rewrite metrics.csv from the history (a resumed run drops epochs after its checkpoint).
 
-    Written beside it and renamed, like a checkpoint: Ctrl-C never leaves half a file.
+    Written beside it and renamed, like a checkpoint: Ctrl-C never leaves half a file. Not
+    fsync'd: the next epoch rewrites it, and last.pt holds the same history durably.
     """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with open(fd, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(history[0]))
-            writer.writeheader()
-            writer.writerows(history)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(history[0]))
+    writer.writeheader()
+    writer.writerows(history)
+    write_atomically(path, lambda f: f.write(text.getvalue().encode()), fsync=False)
 
 
 def format_row(row: dict, improved: bool, seconds: float, epochs: int) -> str:
@@ -212,7 +209,7 @@ def prepare_out(
     found = [name for name in RUN_FILES if (out / name).exists()]
     if not found or (checkpoint is not None and holds_run(out, checkpoint, checkpoint_path)):
         # The folder is this run's: what an earlier run left when it was killed mid-write goes.
-        remove_write_leftovers(out)
+        remove_stale_temporaries(out)
         return
     if checkpoint is not None:
         raise ConfigError(
@@ -226,15 +223,7 @@ def prepare_out(
         )
     for name in found:  # only the run's own files: anything else the user keeps there stays
         (out / name).unlink()
-    remove_write_leftovers(out)
-
-
-def remove_write_leftovers(out: Path) -> None:
-    """Delete the temporary files of interrupted checkpoint and metrics.csv writes, only those."""
     remove_stale_temporaries(out)
-    for stale in out.glob(".metrics.csv.*.tmp"):
-        if re.fullmatch(r"\.metrics\.csv\.[a-z0-9_]{8}\.tmp", stale.name) and stale.is_file():
-            stale.unlink()
 
 
 def holds_run(out: Path, checkpoint: dict, checkpoint_path: Path | None) -> bool:
@@ -428,7 +417,7 @@ def fit(
             raise
         # last.pt is whole (C2) and, as prepare_out checked, this run's, if it exists at all.
         # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
-        remove_write_leftovers(out)
+        remove_stale_temporaries(out)
         raise Interrupted(epoch, saved=(out / "last.pt").exists()) from None
     except OSError as err:  # a full disk, or --out removed during the run
         saved = (out / "last.pt").exists()

@@ -4,14 +4,16 @@ import os
 import re
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
-# save_checkpoint's temporary files are ".<name>.<8 random characters>.tmp" (tempfile.mkstemp);
-# remove_stale_temporaries recognises exactly these and nothing else.
+# write_atomically's temporary files are ".<name>.<8 random characters>.tmp" (tempfile.mkstemp)
+# for checkpoints and metrics.csv; remove_stale_temporaries recognises exactly these.
 TEMPORARY_SUFFIX = ".tmp"
-TEMPORARY_NAME = re.compile(r"\..+\.pt\.[a-z0-9_]{8}\.tmp")
+TEMPORARY_NAME = re.compile(r"\.(?:.+\.pt|metrics\.csv)\.[a-z0-9_]{8}\.tmp")
 # torch writes zip archives: a file that starts like one but fails to load was cut short.
 ZIP_MAGIC = b"PK\x03\x04"
 TRAINING_RUN_HINT = "give a last.pt or best.pt written by this project's training"
@@ -21,25 +23,32 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and what to do."""
 
 
-def save_checkpoint(state: dict, path: str | Path) -> None:
-    """Write `state` to `path` so that a crash never leaves half a file (C2)."""
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], None], fsync: bool = True):
+    """Write through `write` to a temporary file, then rename it to `path`: a crash never leaves
+    half a file and never destroys the previous one (C2)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # The temporary file sits in the same folder: os.replace is atomic only within one filesystem.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename makes it visible
+            write(f)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename makes it visible
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def save_checkpoint(state: dict, path: str | Path) -> None:
+    """Write `state` to `path` atomically and durably (C2)."""
+    write_atomically(path, lambda f: torch.save(state, f))
+
+
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
-    """Delete what save_checkpoint left in `folder` when a run was killed mid-write.
+    """Delete what write_atomically left in `folder` when a run was killed mid-write.
 
     Only files named like save_checkpoint's own temporaries go; anything else stays. Call it
     before a run writes to the folder, never while another run may be saving there.

@@ -408,7 +408,10 @@ def _print_next_steps(dest: Path, package: str) -> None:
     typer.echo(
         "Next:\n"
         f"  cd {where}\n"
-        '  python -m venv .venv && . .venv/bin/activate && pip install -e ".[dev]"\n'
+        "  python -m venv .venv && . .venv/bin/activate\n"
+        "  pip install torch --index-url https://download.pytorch.org/whl/cpu"
+        "   # or the CUDA build: see README.md\n"
+        '  pip install -e ".[dev]"\n'
         f"  python -m {package}.train --epochs 20 --out runs/first\n"
         "  python -m pytest -q\n"
         "Its tests guard the training loop: a change that breaks one of the rules in its README\n"

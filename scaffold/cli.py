@@ -250,7 +250,7 @@ def new(
         "patience": patience,
         "seed": seed,
     }
-    kept = None  # the project, once it exists: an interrupt after that must not say "nothing"
+    placed: list[Path] = []  # the project, once it exists: a Ctrl-C then must not say "nothing"
     try:
         from scaffold.render import create_project  # imports copier
 
@@ -262,8 +262,9 @@ def new(
         else:  # that template's own defaults fill the gaps
             answers = {key: value for key, value in given.items() if value is not None}
         started = time.perf_counter()
-        created = create_project(dest, answers, template=template, vcs_ref=vcs_ref, force=force)
-        kept = created.result.dest
+        created = create_project(
+            dest, answers, template=template, vcs_ref=vcs_ref, force=force, placed=placed
+        )
         if not quiet:
             _report_created(created, time.perf_counter() - started)
         exit_code = _smoke_check(created, smoke, quiet)
@@ -271,9 +272,9 @@ def new(
             _print_next_steps(created.result.dest, created.package)
         return exit_code
     except KeyboardInterrupt:
-        if kept is None:
+        if not placed:
             raise Interrupted("interrupted; nothing was written") from None
-        raise Interrupted(f"interrupted; the project in {kept} is complete and kept") from None
+        raise Interrupted(f"interrupted; the project in {placed[0]} is complete and kept") from None
 
 
 def _report_created(created, seconds: float) -> None:

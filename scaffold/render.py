@@ -73,6 +73,7 @@ def create_project(
     template: str | None = None,
     vcs_ref: str | None = None,
     force: bool = False,
+    placed: list[Path] | None = None,
 ) -> Created:
     """`scaffold new` less the asking and the reporting: names from DEST, source, render."""
     from scaffold.source import has_uncommitted_template, user_source
@@ -80,7 +81,9 @@ def create_project(
     project_name, package_name = project_names(dest)
     source = builtin_source() if template is None else user_source(template, vcs_ref)
     uncommitted = has_uncommitted_template(source)  # before: once DEST exists, nothing can fail
-    result = render_project(dest, project_name, package_name, answers, force=force, source=source)
+    result = render_project(
+        dest, project_name, package_name, answers, force=force, source=source, placed=placed
+    )
     return Created(result, package_name, uncommitted)
 
 
@@ -92,11 +95,14 @@ def render_project(
     *,
     force: bool = False,
     source: Source | None = None,
+    placed: list[Path] | None = None,
 ) -> RenderResult:
     """Render the template into `dest`; on any failure or Ctrl-C `dest` is left as it was.
 
     Options are checked here; a plain dict of answers (for another template, whose own
-    defaults fill the gaps) gets scaffold's checks for the options scaffold knows.
+    defaults fill the gaps) gets scaffold's checks for the options scaffold knows. `placed`
+    receives DEST in the same uninterruptible step that moves the project there, so a caller's
+    Ctrl-C handler knows whether a whole project exists, even after this function returned.
     """
     if isinstance(options, Options):
         options.validate()
@@ -123,6 +129,8 @@ def render_project(
             with _deferred_interrupts():  # a half-moved project is worse than a late Ctrl-C
                 backups = _move_into_place(rendered, dest, files)
                 moved = True
+                if placed is not None:
+                    placed.append(dest)
     except KeyboardInterrupt:
         if moved:  # the Ctrl-C came during the move, and waited for it
             raise Interrupted(f"interrupted; the project in {dest} is complete and kept") from None

@@ -32,6 +32,7 @@ except ValueError:  # imported outside the main thread, where no handler can be 
     _sigint_before = None
 
 import signal
+import threading
 import time
 from enum import Enum
 from pathlib import Path
@@ -53,6 +54,16 @@ from scaffold.options import (
     unused_flags,
 )
 
+# The project `new` has moved into place, once it exists. A Ctrl-C can land after `new` has
+# returned, while Click closes its context; the message then must still say the project is kept.
+_placed: list[Path] = []
+
+
+def _interrupted_message() -> str:
+    if _placed:
+        return f"interrupted; the project in {_placed[0]} is complete and kept"
+    return "interrupted; nothing was written"
+
 
 class OneLineErrors(TyperGroup):
     """Report every error as one line on stderr with exit code 2 (usage) or 1, no traceback."""
@@ -70,24 +81,44 @@ class OneLineErrors(TyperGroup):
             # line that says what was kept.
             signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
+            code = self._outcome(*args, **kwargs)
+            _ignore_late_interrupts()
+        except KeyboardInterrupt:  # after the command ended, before the line above
+            _ignore_late_interrupts()
+            typer.echo(_interrupted_message(), err=True)
+            code = 130
+        sys.exit(code)
+
+    def _outcome(self, *args, **kwargs) -> int:
+        """Run the command; report how it ended in one line, and return the exit code."""
+        try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except Interrupted as err:
             typer.echo(str(err), err=True)
-            sys.exit(err.exit_code)
+            return err.exit_code
         except ScaffoldError as err:
             typer.echo(f"error: {err}", err=True)
-            sys.exit(err.exit_code)
+            return err.exit_code
         except typer.TyperException as err:  # bad flags or values: Typer's usage errors
             typer.echo(f"error: {err.format_message()}", err=True)
-            sys.exit(2)
-        except (typer.Abort, KeyboardInterrupt):
-            typer.echo("aborted; nothing was written", err=True)
-            sys.exit(130)
+            return 2
+        except typer.Abort:
+            typer.echo(_interrupted_message().replace("interrupted", "aborted", 1), err=True)
+            return 130
         if result == 130:  # Typer turns a Ctrl-C that no command caught into a silent 130
-            # `new` reports its own interrupts; one that reaches here came before it began.
-            done = "; nothing was written" if self.command in (None, "new") else ""
-            typer.echo(f"interrupted{done}", err=True)
-        sys.exit(result if isinstance(result, int) else 0)
+            # `new` reports its own interrupts; one that reaches here came before it began or
+            # after it returned.
+            said = _interrupted_message() if self.command in (None, "new") else "interrupted"
+            typer.echo(said, err=True)
+        return result if isinstance(result, int) else 0
+
+
+def _ignore_late_interrupts() -> None:
+    # The command has ended and said how. A Ctrl-C during the interpreter's shutdown would
+    # otherwise kill it silently (exit -2) after a successful run. Only the real command does
+    # this: a test that calls the app in-process keeps its own Ctrl-C.
+    if _RUN_AS_SCAFFOLD and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 app = typer.Typer(
@@ -250,7 +281,7 @@ def new(
         "patience": patience,
         "seed": seed,
     }
-    placed: list[Path] = []  # the project, once it exists: a Ctrl-C then must not say "nothing"
+    _placed.clear()  # an earlier call in this process (a test run) placed its own project
     try:
         from scaffold.render import create_project  # imports copier
 
@@ -263,7 +294,7 @@ def new(
             answers = {key: value for key, value in given.items() if value is not None}
         started = time.perf_counter()
         created = create_project(
-            dest, answers, template=template, vcs_ref=vcs_ref, force=force, placed=placed
+            dest, answers, template=template, vcs_ref=vcs_ref, force=force, placed=_placed
         )
         if not quiet:
             _report_created(created, time.perf_counter() - started)
@@ -272,9 +303,7 @@ def new(
             _print_next_steps(created.result.dest, created.package)
         return exit_code
     except KeyboardInterrupt:
-        if not placed:
-            raise Interrupted("interrupted; nothing was written") from None
-        raise Interrupted(f"interrupted; the project in {placed[0]} is complete and kept") from None
+        raise Interrupted(_interrupted_message()) from None
 
 
 def _report_created(created, seconds: float) -> None:

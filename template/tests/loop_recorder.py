@@ -11,9 +11,10 @@ What the recorder touches, all undone when `watch()` ends:
 - torch's global optimizer step pre-hook: the gradients and learning rate of every update;
 - the project's `Batches.__iter__`: which epoch, phase and batch the loop is in;
 - methods of torch classes, which no import style can bypass: `GradScaler.scale`, `.step`,
-  `.update` (which update the scaler made, and the scale of each backward), `Optimizer.__init__`
-  and `ReduceLROnPlateau.__init__`/`.step` (to find them; a metric-less plateau step, which
-  torch refuses with a TypeError, is recorded and skipped so the R8 test can name it).
+  `.update` (which update the scaler made, and the scale of each backward); the `__init__` of
+  `Optimizer` and of the schedulers (to find them, and read their state after each epoch);
+  `ReduceLROnPlateau.step` (a metric-less step, which torch refuses with a TypeError, is
+  recorded and skipped, so the R8 test can name it).
 
 What it assumes, and what to change when that no longer holds:
 - `train.build_model(...)` returns the model (set MODEL_BUILDER to your function's name);
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 MODEL_BUILDER = "build_model"  # the function in train.py that returns the model
@@ -95,10 +96,10 @@ class LoopRecorder:
         self.model: torch.nn.Module | None = None
         self.optimizers: list = []  # every optimizer built during the run
         self.scalers: list = []
-        self.plateaus: list = []
+        self.schedulers: list = []  # every learning-rate scheduler built during the run
         self.forwards: list[Forward] = []
         self.steps: list[Step] = []
-        self.plateau_states: list[dict] = []  # each plateau scheduler at the end of each epoch
+        self.scheduler_states: list[dict] = []  # each scheduler at the end of each epoch
         self.metricless_plateau_steps = 0
         self.leaks: list[tuple[int, int, int]] = []  # (epoch, batch, graphs of older steps alive)
         self._markers: list = []
@@ -129,12 +130,16 @@ class LoopRecorder:
 
     def _end_epoch(self) -> None:
         if self.epoch > 0:
-            self.plateau_states.append(
+            self.scheduler_states.append(
                 {
                     "epoch": self.epoch,
                     "schedulers": [
-                        {"last_epoch": s.last_epoch, "best": s.best, "mode": s.mode}
-                        for s in self.plateaus
+                        {
+                            "last_epoch": s.last_epoch,
+                            "best": getattr(s, "best", None),  # plateau schedulers only
+                            "mode": getattr(s, "mode", None),
+                        }
+                        for s in self.schedulers
                     ],
                 }
             )
@@ -280,13 +285,18 @@ class LoopRecorder:
 
     def _watch_torch_classes(self, mp) -> None:
         recorder = self
-        optimizer_init = torch.optim.Optimizer.__init__
 
-        def recorded_optimizer_init(optimizer, *args, **kwargs):
-            recorder.optimizers.append(optimizer)
-            return optimizer_init(optimizer, *args, **kwargs)
+        def wrap_init(kind, instances: list) -> None:
+            init = kind.__init__
 
-        mp.setattr(torch.optim.Optimizer, "__init__", recorded_optimizer_init)
+            def recorded_init(obj, *args, **kwargs):
+                if not any(obj is known for known in instances):
+                    instances.append(obj)
+                return init(obj, *args, **kwargs)
+
+            mp.setattr(kind, "__init__", recorded_init)
+
+        wrap_init(torch.optim.Optimizer, recorder.optimizers)
 
         scale = torch.amp.GradScaler.scale
 
@@ -331,13 +341,8 @@ class LoopRecorder:
 
         mp.setattr(torch.amp.GradScaler, "update", recorded_scaler_update)
 
-        plateau_init = ReduceLROnPlateau.__init__
-
-        def recorded_plateau_init(scheduler, *args, **kwargs):
-            recorder.plateaus.append(scheduler)
-            return plateau_init(scheduler, *args, **kwargs)
-
-        mp.setattr(ReduceLROnPlateau, "__init__", recorded_plateau_init)
+        for kind in (LRScheduler, ReduceLROnPlateau):
+            wrap_init(kind, recorder.schedulers)
         plateau_step = ReduceLROnPlateau.step
 
         def recorded_plateau_step(scheduler, *args, **kwargs):

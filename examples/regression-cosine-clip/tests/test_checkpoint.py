@@ -22,10 +22,17 @@ from regression_cosine_clip.checkpoint import (
     save_checkpoint,
 )
 from regression_cosine_clip.config import Config
+from regression_cosine_clip.data import Batches, load_data
 from regression_cosine_clip.model import build_model
 
 HINT = "give a last.pt or best.pt written by this project's training"
 RESUME_KEYS = ("model", "optimizer", "scheduler", "epoch", "best_val_loss", "rng", "config")
+
+
+def project_model(cfg):
+    """This project's model, as training builds it."""
+    data = load_data(cfg)
+    return build_model(cfg, data.input_shape, data.task.output_dim)
 
 
 @pytest.mark.parametrize("seed", [1, 123, 2024])
@@ -36,13 +43,14 @@ def test_round_trip_gives_the_same_predictions(cfg, seed):
     result = train.fit(cfg)
     checkpoint = load_checkpoint(f"{cfg.out}/last.pt")  # weights_only=True inside
     restored_cfg = Config(**checkpoint["config"])
-    features = result["data"].val.features
-    model = build_model(restored_cfg, features.shape[1], result["data"].task.output_dim)
+    data = result["data"]
+    inputs, _ = next(iter(Batches(data.val, len(data.val), shuffle=False)))  # all of them
+    model = build_model(restored_cfg, data.input_shape, data.task.output_dim)
     model.load_state_dict(checkpoint["model"])
     model.eval()
     trained = result["model"].cpu().eval()
     with torch.no_grad():
-        assert torch.equal(model(features.cpu()), trained(features.cpu()))
+        assert torch.equal(model(inputs), trained(inputs))
 
 
 def test_checkpoint_holds_what_a_resume_needs(cfg):
@@ -183,7 +191,7 @@ def test_plain_pickle_is_refused_without_torch_warnings(tmp_path):
 
 
 def test_pickled_model_object_is_refused_without_running_its_code(cfg, tmp_path):
-    model = build_model(cfg, 3, 2)
+    model = project_model(cfg)
     path = tmp_path / "last.pt"
     torch.save(model, path)  # the whole object, class and all, instead of its state_dict
     name = f"{type(model).__module__}.{type(model).__qualname__}"
@@ -221,7 +229,7 @@ def test_content_that_is_not_a_dict_is_refused(tmp_path, content, kind):
 
 def test_state_dict_alone_is_not_a_training_checkpoint(cfg, tmp_path):
     path = tmp_path / "model.pt"
-    torch.save(build_model(cfg, 3, 2).state_dict(), path)
+    torch.save(project_model(cfg).state_dict(), path)
     weights = load_checkpoint(path)
     with pytest.raises(CheckpointError) as caught:
         require_keys(weights, RESUME_KEYS, path)

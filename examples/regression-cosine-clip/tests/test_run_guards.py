@@ -157,7 +157,7 @@ def epoch_settings(cfg: Config) -> dict:
 def test_the_first_bad_step_is_named_and_the_epoch_stops_within_check_every(bad_step):
     cfg = Config(n_samples=64, device="cpu")
     data = load_data(cfg)
-    model = build_model(cfg, data.train.features.shape[1], data.task.output_dim)
+    model = build_model(cfg, data.input_shape, data.task.output_dim)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     features, targets = data.train.features[:8], data.train.targets[:8]
     poisoned = features.clone()

@@ -20,6 +20,29 @@ class DataError(ValueError):
 
 
 @dataclass
+class DataSettings:
+    """Where the data comes from and how it is split; Config inherits these settings."""
+
+    data: str | None = None  # CSV file with a header row; None: built-in synthetic data
+    target: str = "target"  # name of the CSV column to predict; all others are features
+    val_fraction: float = 0.2  # share of the samples held out for validation
+    n_samples: int = 2048  # synthetic data: number of samples
+    n_features: int = 16  # synthetic data: number of features
+
+    def data_checks(self) -> list[tuple[bool, str]]:
+        return [
+            (0.0 < self.val_fraction < 1.0, "val_fraction must be between 0 and 1"),
+            (2 <= self.n_samples <= 10**8, "n_samples must be between 2 and 100000000"),
+            (1 <= self.n_features <= 10**5, "n_features must be between 1 and 100000"),
+            (
+                self.n_samples * self.n_features <= 10**9,
+                "n_samples x n_features must be at most 1000000000 (4 GB of synthetic data)",
+            ),
+            (str(self.target).strip() != "", "target must name a CSV column"),
+        ]
+
+
+@dataclass
 class Split:
     features: torch.Tensor  # float32, (samples, features), standardised
     targets: torch.Tensor  # one value per sample, encoded for the task
@@ -36,6 +59,10 @@ class Data:
     feature_names: list[str]
     feature_mean: torch.Tensor  # training statistics, saved with checkpoints for prediction
     feature_std: torch.Tensor
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.train.features.shape[1],)
 
     def state_dict(self) -> dict:
         return {

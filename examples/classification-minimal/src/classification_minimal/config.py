@@ -12,6 +12,10 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from .data import DataSettings
+from .model import ModelSettings
+from .task import TaskSettings
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -27,21 +31,12 @@ SEED_MAX = 2**32 - 1  # numpy's seed range, the narrowest of the generators seed
 
 
 @dataclass
-class Config:
-    """Every setting of a run, with its default and what it does."""
+class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model, task, then these
+    """Every setting of a run, with its default and what it does.
 
-    # Data
-    data: str | None = None  # CSV file with a header row; None: built-in synthetic data
-    target: str = "target"  # name of the CSV column to predict; all others are features
-    val_fraction: float = 0.2  # share of the samples held out for validation
-    n_samples: int = 2048  # synthetic data: number of samples
-    n_features: int = 16  # synthetic data: number of features
-    n_classes: int = 4  # synthetic data: number of classes
-
-    # Model
-    hidden_dim: int = 64  # width of the hidden layers; multiples of 16 suit tensor cores
-    num_layers: int = 2  # number of hidden layers
-    dropout: float = 0.1  # dropout probability after each hidden layer
+    The data, model and task settings are declared beside their code, in data.py, model.py and
+    task.py; the training settings below are the same for every task.
+    """
 
     # Optimization
     epochs: int = 20
@@ -70,17 +65,6 @@ class Config:
                 raise ConfigError(f"{field.name} must not contain a NUL character")
         # Upper bounds catch typos (an extra zero or three) before they allocate the machine away.
         checks = [
-            (0.0 < self.val_fraction < 1.0, "val_fraction must be between 0 and 1"),
-            (2 <= self.n_samples <= 10**8, "n_samples must be between 2 and 100000000"),
-            (1 <= self.n_features <= 10**5, "n_features must be between 1 and 100000"),
-            (
-                self.n_samples * self.n_features <= 10**9,
-                "n_samples x n_features must be at most 1000000000 (4 GB of synthetic data)",
-            ),
-            (2 <= self.n_classes <= 10**5, "n_classes must be between 2 and 100000"),
-            (1 <= self.hidden_dim <= 2**16, "hidden_dim must be between 1 and 65536"),
-            (0 <= self.num_layers <= 1000, "num_layers must be between 0 and 1000"),
-            (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
             (1 <= self.epochs <= 10**6, "epochs must be between 1 and 1000000"),
             (1 <= self.batch_size <= 10**8, "batch_size must be between 1 and 100000000"),
             (self.lr > 0.0, "lr must be greater than 0"),
@@ -88,9 +72,9 @@ class Config:
             (self.min_lr >= 0.0, "min_lr must be 0 or more"),
             (0 <= self.seed <= SEED_MAX, f"seed must be between 0 and {SEED_MAX} (numpy's range)"),
             (self.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda"),
-            (str(self.target).strip() != "", "target must name a CSV column"),
             (str(self.out).strip() != "", "out must name a folder for the run, e.g. runs/latest"),
         ]
+        checks += self.data_checks() + self.model_checks() + self.task_checks()
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)

@@ -2,6 +2,7 @@
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -13,6 +14,16 @@ METRICS = ("accuracy",)  # validation metrics, after the loss, in metrics.csv
 # always pass, and so do a few fractional grades such as 0.5 steps of a rating.
 CONTINUOUS_MIN_DISTINCT = 20
 CONTINUOUS_SHARE = 0.05
+
+
+@dataclass
+class TaskSettings:
+    """The task's settings; Config inherits them."""
+
+    n_classes: int = 4  # synthetic data: number of classes
+
+    def task_checks(self) -> list[tuple[bool, str]]:
+        return [(2 <= self.n_classes <= 10**5, "n_classes must be between 2 and 100000")]
 
 
 def make_synthetic(cfg, generator: torch.Generator) -> tuple[torch.Tensor, list]:
@@ -111,3 +122,7 @@ class Task:
 
     def epoch_metrics(self, sums: dict[str, float], count: int) -> dict[str, float]:
         return {"accuracy": sums["correct"] / count}
+
+    def memorised(self, metrics: dict[str, float]) -> bool:
+        """A batch is learnt by heart when every sample in it is classified correctly."""
+        return metrics["accuracy"] == 1.0

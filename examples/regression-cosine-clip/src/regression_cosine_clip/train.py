@@ -335,7 +335,7 @@ def fit(
     train_batches = Batches(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed, device=device)
     val_batches = Batches(data.val, cfg.batch_size, shuffle=False, device=device)
 
-    model = build_model(cfg, data.train.features.shape[1], data.task.output_dim)
+    model = build_model(cfg, data.input_shape, data.task.output_dim)
     model.to(device)  # R1: before the optimizer is built, so it holds the parameters in use
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg)

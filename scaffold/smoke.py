@@ -62,13 +62,29 @@ def missing_modules(project: Path) -> list[str]:
         if not name or (marker and not _applies_here(marker)):
             continue
         module = name[1].lower().replace("-", "_").replace(".", "_")
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a broken install, or one blocked in sys.modules
-            found = False
-        if not found:
+        # A distribution may install a module of another name: pillow installs PIL.
+        if not _importable(module) and not any(map(_importable, _modules_of(name[1]))):
             missing.append(module)
     return missing
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install, or one blocked in sys.modules
+        return False
+
+
+def _modules_of(distribution: str) -> list[str]:
+    """The top-level modules an installed distribution provides (pillow provides PIL)."""
+    import importlib.metadata
+
+    wanted = re.sub(r"[-_.]+", "-", distribution).lower()
+    return [
+        module
+        for module, names in importlib.metadata.packages_distributions().items()
+        if any(re.sub(r"[-_.]+", "-", n).lower() == wanted for n in names)
+    ]
 
 
 def torch_available() -> bool:

@@ -323,6 +323,20 @@ def test_missing_dependencies_are_read_from_the_rendered_pyproject(tmp_path, wit
     assert smoke.missing_modules(tmp_path) == expected
 
 
+def test_a_distribution_whose_module_has_another_name_counts_as_installed(tmp_path, monkeypatch):
+    # pillow installs the module PIL; an image project depends on pillow.
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\ndependencies = ["Pillow>=10", "pillow-not-here"]\n'
+    )
+    assert importlib.util.find_spec("PIL") is not None  # scaffold's dev extra installs it
+    assert smoke.missing_modules(tmp_path) == ["pillow_not_here"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "PIL" else real(name, *a)
+    )
+    assert smoke.missing_modules(tmp_path) == ["pillow", "pillow_not_here"]
+
+
 def test_default_smoke_check_is_skipped_with_a_note_when_numpy_is_missing(tmp_path, without_numpy):
     dest = tmp_path / "p"
     result = invoke("new", str(dest), "-y")

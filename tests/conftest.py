@@ -1,7 +1,9 @@
-"""Shared helpers: every option combination, a cached renderer, and a subprocess environment."""
+"""Shared helpers: every option combination, a covering set of them, a cached renderer, and a
+subprocess environment."""
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scaffold.options import Options, project_names
+from scaffold.options import OPTIONS, Options, project_names
 from scaffold.render import render_project
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,34 +45,95 @@ def _numbers(index: int, scheduler: str) -> dict:
     }
 
 
-# Every combination scaffold offers: task x scheduler x AMP x clipping x early stopping.
-COMBOS = [
-    Options(
-        task=task,
-        scheduler=scheduler,
-        amp=amp,
-        clip=clip,
-        early_stopping=early_stopping,
-        **_numbers(index, scheduler),
-    )
-    for index, (task, scheduler, amp, clip, early_stopping) in enumerate(
-        itertools.product(
-            ("classification", "regression"), ("cosine", "plateau"), *[(False, True)] * 3
-        )
-    )
-]
+# The options that shape the loop: every question with choices (the task, the scheduler) and
+# every switch (AMP, clipping, early stopping), in copier.yml's order, with their values.
+# Read from the option definitions, so a new task or switch joins every product below.
+FACTORS = {
+    name: q.choices if q.choices else (False, True)
+    for name, q in OPTIONS.items()
+    if q.choices or q.type is bool
+}
+TASKS = FACTORS["task"]
+
+
+def _product() -> list:
+    combos = []
+    for index, values in enumerate(itertools.product(*FACTORS.values())):
+        chosen = dict(zip(FACTORS, values, strict=True))
+        combos.append(Options(**chosen, **_numbers(index, chosen["scheduler"])))
+    return combos
+
+
+# Every combination scaffold offers: the full product of the factors.
+COMBOS = _product()
+
+
+def _short(word: str, length: int) -> str:
+    # Letters and digits only: the id becomes part of a package name.
+    return re.sub(r"[^a-z0-9]", "", word.lower())[:length]
+
+
+def task_ids(tasks) -> dict[str, str]:
+    """A short id per task: the first three letters of each dash-separated word, e.g.
+    classification -> cla, image-classification -> imacla; more letters where two collide."""
+    for length in range(3, max(map(len, tasks)) + 1):
+        ids = {t: "".join(_short(w, length) for w in re.split(r"[-_ ]+", t)) for t in tasks}
+        if len(set(ids.values())) == len(ids):
+            return ids
+    return ids  # names equal in their letters and digits: a test reports the collision
+
+
+TASK_IDS = task_ids(TASKS)
+# How a switch reads in an id, on and off. Others read as their initials, e.g. es / noes.
+SWITCH_WORDS = {"amp": ("amp", "fp32")}
 
 
 def combo_id(options: Options) -> str:
-    """The switches, e.g. cla-cosine-fp32-noclip-noes (package names are built from it)."""
-    flags = [
-        options.task[:3],
-        options.scheduler,
-        "amp" if options.amp else "fp32",
-        "clip" if options.clip else "noclip",
-        "es" if options.early_stopping else "noes",
-    ]
-    return "-".join(flags)
+    """The factors, e.g. cla-cosine-fp32-noclip-noes (package names are built from it)."""
+    words = []
+    for name, values in FACTORS.items():
+        value = getattr(options, name)
+        if name == "task":
+            words.append(TASK_IDS[value])
+        elif values == (False, True):
+            on = "".join(w[0] for w in name.split("_")) if "_" in name else _short(name, 8)
+            words.append(SWITCH_WORDS.get(name, (on, "no" + on))[not value])
+        else:
+            words.append(_short(value, 12))
+    return "-".join(words)
+
+
+def covering_set(options_list=None, factors=None) -> list:
+    """A few option sets from options_list (default COMBOS) in which every pair of values of
+    any two factors (default FACTORS) occurs at least once: a pairwise covering set.
+
+    Greedy and deterministic: each step takes the option set that covers the most pairs not
+    covered yet, the first in the list on a tie, so the defaults come first. Only pairs that
+    occur in options_list are asked for. On the full product it finds 6 sets for 2 or 3
+    tasks and 8 for 4, the fewest possible (tests/test_render.py checks).
+    """
+    options_list = COMBOS if options_list is None else list(options_list)
+    names = list(FACTORS if factors is None else factors)
+
+    def pairs(options) -> set:
+        values = [(name, getattr(options, name)) for name in names]
+        return set(itertools.combinations(values, 2))
+
+    needed = set().union(*map(pairs, options_list))
+    chosen = []
+    while needed:
+        best = max(options_list, key=lambda o: len(pairs(o) & needed))  # max keeps the first
+        chosen.append(best)
+        needed -= pairs(best)
+    return chosen
+
+
+COVERING = covering_set()
+# A generated project's own test suite takes about 15 s on a core; 32 of them fit the CI
+# budget (about 4 minutes on 2 cores), more do not. Beyond that the suites run on the
+# covering set; every combination is still rendered, linted, imported and trained.
+MAX_FULL_SUITES = 32
+SUITE_COMBOS = COMBOS if len(COMBOS) <= MAX_FULL_SUITES else COVERING
 
 
 def combo_numbers(options: Options) -> str:
@@ -82,9 +145,17 @@ def combo_numbers(options: Options) -> str:
 
 def pytest_report_header(config):
     lines = [f"{combo_id(o)}: {combo_numbers(o)}" for o in COMBOS]
-    return ["combination numbers (fixed spread, tests/conftest.py):"] + [
-        "  " + "; ".join(lines[i : i + 4]) for i in range(0, len(lines), 4)
-    ]
+    suites = (
+        f"all {len(COMBOS)} combinations"
+        if SUITE_COMBOS is COMBOS
+        else f"the covering set ({len(COMBOS)} combinations > {MAX_FULL_SUITES})"
+    )
+    return (
+        [f"combination numbers (fixed spread, tests/conftest.py), {len(COMBOS)} combinations:"]
+        + ["  " + "; ".join(lines[i : i + 4]) for i in range(0, len(lines), 4)]
+        + [f"pairwise covering set ({len(COVERING)}): " + ", ".join(map(combo_id, COVERING))]
+        + [f"generated projects' own test suites run on {suites}"]
+    )
 
 
 def render(dest: Path, options: Options | None = None, **kwargs):

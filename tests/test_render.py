@@ -1,14 +1,146 @@
-"""Every option combination renders to lint-clean Python written for exactly those options."""
+"""Every option combination renders to lint-clean Python written for exactly those options.
 
+The combinations come from the option definitions (tests/conftest.py), so a new task is
+rendered, linted and imported here in every combination without a change to this file.
+"""
+
+import dataclasses
+import itertools
+import json
+import math
 import re
 
 import pytest
 
-from tests.conftest import COMBOS, PYTHON, combo_id, combo_numbers, run
+from scaffold.options import OPTIONS, Options, project_names
+from tests.conftest import (
+    COMBOS,
+    COVERING,
+    FACTORS,
+    PYTHON,
+    SUITE_COMBOS,
+    TASK_IDS,
+    TASKS,
+    combo_id,
+    combo_numbers,
+    covering_set,
+    project_env,
+    run,
+    task_ids,
+)
 
 # Jinja left unrendered: a {{ variable }}, a {% tag %} or a {# comment. A bare "}}" is not
 # counted: Python writes it in nested dicts such as {"model": {}}.
 TEMPLATE_SYNTAX = re.compile(r"\{\{ *[\w.|' ()-]+ *\}\}|\{%|%\}|\{#")
+
+# What makes a task (issue 10): its own modules behind the interface the shared code uses.
+TASK_UNIT = ("task.py", "data.py", "model.py")
+# Files every task shares as they are: the training code and the contract tests. They may
+# name the project's own task as a value (checkpoints record it) but must not otherwise
+# differ between tasks, which is how "shared files never branch on a task's name" shows in
+# rendered output. {package} is the package folder.
+SHARED_FILES = (
+    "src/{package}/__init__.py",
+    "src/{package}/checkpoint.py",
+    "src/{package}/config.py",
+    "src/{package}/engine.py",
+    "src/{package}/interface.py",
+    "src/{package}/overfit.py",
+    "src/{package}/seed.py",
+    "src/{package}/train.py",
+    "tests/loop_recorder.py",
+    "tests/test_contract.py",
+)
+
+
+def package_of(options: Options) -> str:
+    return project_names(f"proj-{combo_id(options)}")[1]
+
+
+def factor_values(options: Options) -> tuple:
+    return tuple(getattr(options, name) for name in FACTORS)
+
+
+def pairs_of(options: Options, names) -> set:
+    return set(itertools.combinations([(n, getattr(options, n)) for n in names], 2))
+
+
+def test_combinations_are_the_product_of_every_choice_and_switch():
+    # Counted from copier.yml independently of conftest: each question with choices, and
+    # each yes/no question, multiplies the combinations.
+    shaping = [q for q in OPTIONS.values() if q.choices or q.type is bool]
+    assert [q.name for q in shaping] == list(FACTORS)
+    assert {"task", "scheduler", "amp", "clip", "early_stopping"} <= set(FACTORS)
+    assert TASKS == OPTIONS["task"].choices and len(TASKS) >= 2
+    assert len(COMBOS) == math.prod(len(q.choices or (False, True)) for q in shaping)
+    assert len({factor_values(o) for o in COMBOS}) == len(COMBOS)
+    assert factor_values(COMBOS[0]) == factor_values(Options())  # the defaults come first
+    for options in COMBOS:
+        options.validate()  # the spread numbers are answers scaffold accepts
+
+
+def test_combo_ids_are_unique_and_make_valid_package_names():
+    assert len(set(TASK_IDS.values())) == len(TASKS), TASK_IDS
+    # The ids of the first two tasks are in test names, docs and mutation tables: kept.
+    assert TASK_IDS["classification"] == "cla" and TASK_IDS["regression"] == "reg"
+    ids = [combo_id(o) for o in COMBOS]
+    assert len(set(ids)) == len(ids)
+    assert ids[0] == "cla-cosine-fp32-noclip-noes"
+    for options, name in zip(COMBOS, ids, strict=True):
+        assert len(name.split("-")) == len(FACTORS), name
+        assert re.fullmatch(r"proj_[a-z0-9_]+", package_of(options)), name  # or UsageError
+
+
+def test_task_ids_derive_from_the_words_and_grow_until_unique():
+    assert task_ids(("classification", "regression", "image-classification")) == {
+        "classification": "cla",
+        "regression": "reg",
+        "image-classification": "imacla",
+    }
+    # Two names that share their first letters get more of them, for every task alike.
+    assert task_ids(("segmentation", "segment", "image-segmentation")) == {
+        "segmentation": "segmenta",
+        "segment": "segment",
+        "image-segmentation": "imagesegmenta",
+    }
+
+
+def check_covers_every_pair(chosen: list, offered: list, names) -> None:
+    needed = set().union(*(pairs_of(o, names) for o in offered))
+    covered = set().union(*(pairs_of(o, names) for o in chosen))
+    assert needed <= covered, sorted(needed - covered)
+    assert all(o in offered for o in chosen)
+    assert len({factor_values(o) for o in chosen}) == len(chosen)  # no set twice
+
+
+def test_the_covering_set_covers_every_pair_of_values_in_few_combinations():
+    check_covers_every_pair(COVERING, COMBOS, FACTORS)
+    assert COVERING == covering_set()  # deterministic: the same set on every run
+    assert factor_values(COVERING[0]) == factor_values(Options())
+    assert len(COVERING) <= len(COMBOS) / 4, [combo_id(o) for o in COVERING]
+    assert SUITE_COMBOS in (COMBOS, COVERING)
+
+
+# The fewest combinations that cover every pair: 6 for five two-valued factors (a known
+# result; 4 do not suffice), and tasks x schedulers once there are three tasks or more.
+@pytest.mark.parametrize("tasks, fewest", [(2, 6), (3, 6), (4, 8)])
+def test_covering_set_of_more_tasks_is_as_small_as_possible(tasks, fewest):
+    # Tasks that do not exist (yet): the set must cover every pair all the same.
+    factors = {
+        "task": tuple(f"task-{i}" for i in range(tasks)),
+        "scheduler": ("cosine", "plateau"),
+        "amp": (False, True),
+        "clip": (False, True),
+        "early_stopping": (False, True),
+    }
+    values = itertools.product(*factors.values())
+    offered = [Options(**dict(zip(factors, v, strict=True))) for v in values]
+    chosen = covering_set(offered, factors)
+    check_covers_every_pair(chosen, offered, factors)
+    assert len(chosen) == fewest
+    # A list that lacks some pairs (no AMP here) gets the pairs it has covered, and ends.
+    no_amp = [o for o in offered if not o.amp]
+    check_covers_every_pair(covering_set(no_amp, factors), no_amp, factors)
 
 
 @pytest.mark.parametrize("options", COMBOS, ids=combo_id)
@@ -27,21 +159,96 @@ def test_render_is_lint_clean_with_no_template_syntax_left(render_combo, options
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
+# Imports every module of the package, prints what train.py records, then lets pytest
+# collect the project's tests in the same interpreter (torch is imported once): about 3 s.
+IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+import pytest
+package = importlib.import_module(sys.argv[1])
+names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+for name in names:
+    importlib.import_module(f"{sys.argv[1]}.{name}")
+train = importlib.import_module(f"{sys.argv[1]}.train")
+print(json.dumps({"modules": names, "project": train.PROJECT}), flush=True)
+sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider"]))
+"""
+# The combinations whose own test suites do not run (tests/conftest.py, SUITE_COMBOS): a
+# module or a test file that fails to import is still caught there. While every suite runs,
+# the covering set keeps this test itself exercised.
+WITHOUT_SUITE = [o for o in COMBOS if o not in SUITE_COMBOS] or COVERING
+
+
+@pytest.mark.parametrize("options", WITHOUT_SUITE, ids=combo_id)
+def test_every_module_imports_and_every_test_file_collects(render_combo, options):
+    project = render_combo(options).dest
+    package = package_of(options)
+    result = run([PYTHON, "-c", IMPORT_ALL, package], project, env=project_env())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report, *collected = result.stdout.splitlines()
+    report = json.loads(report)
+    files = sorted(p.stem for p in (project / "src" / package).glob("*.py"))
+    assert report["modules"] == [f for f in files if f != "__init__"]
+    assert {p.removesuffix(".py") for p in TASK_UNIT} | {"interface"} <= set(report["modules"])
+    # The project records the options it was rendered with; a resume checks them.
+    recorded = {name: getattr(options, name) for name in FACTORS}
+    assert report["project"] == {"package": package, **recorded}
+    with_tests = {line.split("::")[0] for line in collected if "::" in line}
+    test_files = {str(p.relative_to(project)) for p in (project / "tests").glob("test_*.py")}
+    assert with_tests == test_files, test_files - with_tests
+    assert re.fullmatch(r"\d+ tests collected in .*", collected[-1]), collected[-1]
+
+
+def shared_text(options: Options, path: str, project) -> str:
+    """A shared file with this project's names and task replaced by placeholders."""
+    package = project.name.replace("-", "_")
+    text = (project / path.format(package=package)).read_text()
+    text = text.replace(package, "PACKAGE").replace(project.name, "PROJECT")
+    return text.replace(options.task, "TASK")
+
+
+# One render of the first task per setting of the other factors; every other task is
+# rendered with exactly its answers.
+BASES = [o for o in COMBOS if o.task == TASKS[0]]
+
+
+@pytest.mark.parametrize("base", BASES, ids=lambda o: combo_id(o).split("-", 1)[1])
+def test_tasks_differ_only_in_their_own_files(render_combo, base):
+    # Every task with the same other answers (numbers included), so that only the task differs.
+    projects = {task: render_combo(dataclasses.replace(base, task=task)).dest for task in TASKS}
+    for task, project in projects.items():
+        package = project / "src" / project.name.replace("-", "_")
+        for name in (*TASK_UNIT, "interface.py"):
+            assert (package / name).is_file(), (task, name)
+    for path in SHARED_FILES:
+        texts = {
+            task: shared_text(dataclasses.replace(base, task=task), path, project)
+            for task, project in projects.items()
+        }
+        first = texts[TASKS[0]]
+        for task, text in texts.items():
+            assert text == first, f"{path} differs between {TASKS[0]} and {task}"
+            named = [t for t in TASKS if t in text]
+            assert not named, f"{path} of a {task} project names {named}"
+    # And no task silently gets another's code: each task module is the task's own.
+    for a, b in itertools.combinations(TASKS, 2):
+        pa, pb = projects[a], projects[b]
+        own_a = (pa / "src" / pa.name.replace("-", "_") / "task.py").read_text()
+        own_b = (pb / "src" / pb.name.replace("-", "_") / "task.py").read_text()
+        assert own_a != own_b, f"{a} and {b} render the same task.py"
+
+
 @pytest.mark.parametrize("options", COMBOS, ids=combo_id)
 def test_code_exists_only_for_the_chosen_options(render_combo, options):
-    package = render_combo(options).dest / "src" / f"proj_{combo_id(options).replace('-', '_')}"
+    package = render_combo(options).dest / "src" / package_of(options)
     engine = (package / "engine.py").read_text()
     train = (package / "train.py").read_text()
     config = (package / "config.py").read_text()
-    task = (package / "task.py").read_text()
     assert ("autocast" in engine) == ("GradScaler" in train) == options.amp
     assert ("clip_grad_norm_" in engine) == ("max_grad_norm" in config) == options.clip
     assert ("ReduceLROnPlateau" in train) == ("plateau_patience" in config)
     assert ("ReduceLROnPlateau" in train) == (options.scheduler == "plateau")
     assert ("CosineAnnealingLR" in train) == (options.scheduler == "cosine")
     assert ("epochs_without_improvement" in train) == options.early_stopping
-    assert ("CrossEntropyLoss" in task) == (options.task == "classification")
-    assert ("MSELoss" in task) == (options.task == "regression")
     # No flags checked at run time for options that were decided at generation time.
     for word in ("use_amp", "if cfg.clip", "early_stopping:", "if cfg.scheduler"):
         assert word not in engine + train + config, word
@@ -50,7 +257,7 @@ def test_code_exists_only_for_the_chosen_options(render_combo, options):
 @pytest.mark.parametrize("options", COMBOS, ids=combo_id)
 def test_numeric_answers_land_in_the_config(render_combo, options):
     # COMBOS spread seeds and numbers over the combinations; each must reach config.py as given.
-    package = render_combo(options).dest / "src" / f"proj_{combo_id(options).replace('-', '_')}"
+    package = render_combo(options).dest / "src" / package_of(options)
     config = (package / "config.py").read_text()
     wanted = {name.split("=")[0]: name.split("=")[1] for name in combo_numbers(options).split()}
     assert "seed" in wanted

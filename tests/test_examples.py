@@ -1,9 +1,12 @@
-"""The committed examples are exactly what the template renders today."""
+"""The committed examples are exactly what the template renders today, one or more per task."""
 
 import importlib.util
 
+from scaffold.options import OPTIONS
 from tests.conftest import REPO
 from tests.test_copier_and_wheel import tree
+
+FIX = "run: python examples/regenerate.py"
 
 
 def load_regenerate():
@@ -13,11 +16,27 @@ def load_regenerate():
     return module
 
 
+def test_every_task_has_an_example_and_the_readme_lists_them():
+    regenerate = load_regenerate()
+    examples = regenerate.examples()
+    assert {o.task for o in examples.values()} == set(OPTIONS["task"].choices)
+    # A task without a chosen example gets one with its defaults, under a name of its own.
+    for task in OPTIONS["task"].choices:
+        if task not in {o.task for o in regenerate.NAMED.values()}:
+            assert examples[f"{task}-minimal"] == regenerate.Options(task=task)
+    committed = {p.name for p in (REPO / "examples").iterdir() if p.is_dir()}
+    committed.discard("__pycache__")
+    assert committed == set(examples), FIX
+    readme = (REPO / "examples" / "README.md").read_text()
+    assert regenerate.readme_table() in readme, FIX
+    assert "| `classification-minimal/` | classification, cosine scheduler (all defaults) |" in (
+        readme
+    )
+
+
 def test_committed_examples_match_a_fresh_render(tmp_path):
     regenerate = load_regenerate()
     for fresh in regenerate.render_examples(tmp_path):
         committed = REPO / "examples" / fresh.name
-        assert committed.is_dir(), f"run: python examples/regenerate.py ({fresh.name} missing)"
-        assert tree(committed) == tree(fresh), (
-            f"examples/{fresh.name} is out of date: run python examples/regenerate.py"
-        )
+        assert committed.is_dir(), f"{FIX} ({fresh.name} missing)"
+        assert tree(committed) == tree(fresh), f"examples/{fresh.name} is out of date: {FIX}"

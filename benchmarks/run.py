@@ -5,7 +5,8 @@
 
 Every figure is a ratio of training steps per second to the floor loop, measured in the same
 repetition, with the loops interleaved; the table gives the median and the min-max over
-repetitions. Results go to benchmarks/results/ (results.md and chart.png).
+repetitions. Every task in copier.yml is measured (--tasks to choose). Results go to
+benchmarks/results/ (results.md and chart.png).
 """
 
 import argparse
@@ -28,25 +29,34 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scaffold.options import Options, project_names  # noqa: E402
+from scaffold.options import OPTIONS, Options, project_names  # noqa: E402
 from scaffold.render import render_project  # noqa: E402
+
+TASKS = OPTIONS["task"].choices
 
 
 @dataclass(frozen=True)
 class Size:
     name: str
-    n_samples: int
-    n_features: int
-    hidden_dim: int
-    batch_size: int
+    settings: dict  # Config settings, each applied where the task's Config has it
     epochs: int  # per timed measurement
 
 
-SIZES = {
-    "default": Size("default", 2048, 16, 64, 64, 15),  # a generated project's defaults
-    "larger": Size("larger", 20000, 64, 512, 256, 2),
+# Larger data, model and batches, and more classes where the task has classes.
+LARGER = {
+    "n_samples": 20000,
+    "n_features": 64,
+    "hidden_dim": 512,
+    "batch_size": 256,
+    "n_classes": 10,
 }
-QUICK = {"default": Size("default", 512, 16, 64, 64, 1)}
+SIZES = {
+    "default": Size("default", {}, 15),  # each generated project's defaults
+    "larger": Size("larger", LARGER, 2),
+}
+QUICK = {"default": Size("default", {"n_samples": 512}, 1)}
+# The settings that say how large a measurement is, as the results list them.
+SIZE_SETTINGS = ("n_samples", "n_features", "hidden_dim", "batch_size", "n_classes")
 
 # Option sets of the generated loop. The first three add no work per step by definition
 # (the scheduler and early stopping act once per epoch); clipping and AMP are costs to report.
@@ -62,7 +72,7 @@ class Project:
     """A rendered project, imported in this process as users run it."""
 
     def __init__(self, root: Path, task: str, label: str, options: Options) -> None:
-        dest = root / f"bench-{task[:3]}-{len(list(root.iterdir()))}"
+        dest = root / f"bench-{len(list(root.iterdir()))}"
         result = render_project(dest, *project_names(str(dest)), replace(options, task=task))
         package = dest.name.replace("-", "_")
         sys.path.insert(0, str(result.dest / "src"))
@@ -75,25 +85,33 @@ class Project:
 
 
 def make_config(project: Project, size: Size, tmp: Path):
-    classification = "n_classes" in project.config.Config.__dataclass_fields__
-    extra = {"n_classes": 10} if classification and size.name == "larger" else {}
+    """The project's Config at this size; a setting its task does not have is left out."""
+    known = project.config.Config.__dataclass_fields__
+    settings = {**size.settings, "dropout": 0.0}
     return project.config.Config(
-        n_samples=size.n_samples,
-        n_features=size.n_features,
-        hidden_dim=size.hidden_dim,
-        batch_size=size.batch_size,
+        **{name: value for name, value in settings.items() if name in known},
         epochs=size.epochs,
-        dropout=0.0,
         device="cpu",
         out=str(tmp / "fit-out"),
-        **extra,
     )
+
+
+def describe_size(cfg) -> str:
+    return ", ".join(f"{name} {getattr(cfg, name)}" for name in SIZE_SETTINGS if hasattr(cfg, name))
+
+
+def in_memory(project: Project, data) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training split as two tensors, read through the project's own batches in order,
+    for the loops that index tensors in memory."""
+    batches = project.data.Batches(data.train, len(data.train), shuffle=False)
+    inputs, targets = zip(*batches, strict=True)
+    return torch.cat(inputs), torch.cat(targets)
 
 
 def generated_loop(project: Project, cfg, data):
     """(b): the project's own train_one_epoch over its own batches, with its options."""
     p = project
-    model = p.model.build_model(cfg, data.train.features.shape[1], data.task.output_dim)
+    model = p.model.build_model(cfg, data.input_shape, data.task.output_dim)
     optimizer = p.train.build_optimizer(model, cfg)
     batches = p.data.Batches(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
     kwargs = {}
@@ -111,13 +129,14 @@ def generated_loop(project: Project, cfg, data):
     return run
 
 
-def fit_loop(project: Project, cfg):
+def fit_loop(project: Project, cfg, data):
     """(b, whole run): train.fit, with validation, metrics.csv and checkpoints every epoch."""
+    steps = len(project.data.Batches(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed))
 
     def run(epochs: int) -> int:
         with contextlib.redirect_stdout(io.StringIO()):  # fit prints a line per epoch
             project.train.fit(replace(cfg, epochs=epochs))
-        return epochs * -(-int(cfg.n_samples * (1 - cfg.val_fraction)) // cfg.batch_size)
+        return epochs * steps
 
     return run
 
@@ -125,9 +144,9 @@ def fit_loop(project: Project, cfg):
 def floor_loop(project: Project, cfg, data):
     """(a): tensors in memory, a shuffled index sliced into batches, the five-line step,
     with AdamW as most people construct it (the generated project asks for the fused kernel)."""
-    model = project.model.build_model(cfg, data.train.features.shape[1], data.task.output_dim)
+    model = project.model.build_model(cfg, data.input_shape, data.task.output_dim)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    features, targets, loss_fn = data.train.features, data.train.targets, data.task.loss
+    (features, targets), loss_fn = in_memory(project, data), data.task.loss
 
     def run(epochs: int) -> int:
         steps = 0
@@ -147,11 +166,9 @@ def textbook_loop(project: Project, cfg, data):
     """(c): DataLoader(TensorDataset, shuffle=True) and loss.item() every step."""
     from torch.utils.data import DataLoader, TensorDataset
 
-    model = project.model.build_model(cfg, data.train.features.shape[1], data.task.output_dim)
+    model = project.model.build_model(cfg, data.input_shape, data.task.output_dim)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loader = DataLoader(
-        TensorDataset(data.train.features, data.train.targets), cfg.batch_size, shuffle=True
-    )
+    loader = DataLoader(TensorDataset(*in_memory(project, data)), cfg.batch_size, shuffle=True)
 
     def run(epochs: int) -> int:
         steps, total = 0, 0.0
@@ -177,9 +194,7 @@ def lightning_loop(project: Project, cfg, data, lean: bool, tmp: Path):
     class Module(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net = project.model.build_model(
-                cfg, data.train.features.shape[1], data.task.output_dim
-            )
+            self.net = project.model.build_model(cfg, data.input_shape, data.task.output_dim)
 
         def training_step(self, batch, batch_idx):
             x, y = batch
@@ -188,9 +203,7 @@ def lightning_loop(project: Project, cfg, data, lean: bool, tmp: Path):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    loader = DataLoader(
-        TensorDataset(data.train.features, data.train.targets), cfg.batch_size, shuffle=True
-    )
+    loader = DataLoader(TensorDataset(*in_memory(project, data)), cfg.batch_size, shuffle=True)
     module = Module()
 
     def run(epochs: int) -> int:
@@ -273,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition")
     parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument(
+        "--tasks", nargs="+", choices=TASKS, default=TASKS, help="default: every task"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     repetitions = 1 if args.quick else args.repetitions
@@ -286,10 +302,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str, list[float]]] = []
+    measured: dict[str, str] = {}  # group -> the settings that gave its size
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "projects").mkdir()
-        for task in ("classification", "regression"):
+        for task in args.tasks:
             projects = {
                 label: Project(tmp / "projects", task, label, options)
                 for label, options in VARIANTS.items()
@@ -304,12 +321,15 @@ def main(argv: list[str] | None = None) -> int:
                     loops[f"(b) {label}"] = generated_loop(
                         project, make_config(project, size, tmp), data
                     )
-                loops["(b) generated, whole fit (validation, checkpoints)"] = fit_loop(base, cfg)
+                loops["(b) generated, whole fit (validation, checkpoints)"] = fit_loop(
+                    base, cfg, data
+                )
                 loops["(c) textbook DataLoader"] = textbook_loop(base, cfg, data)
                 if has_lightning:
                     loops["(d) Lightning, defaults"] = lightning_loop(base, cfg, data, False, tmp)
                     loops["(d) Lightning, lean"] = lightning_loop(base, cfg, data, True, tmp)
-                group = f"{task[:3]} {size.name}"
+                group = f"{task} {size.name}"
+                measured[group] = describe_size(cfg)
                 for name, ratios in measure_loops(loops, size.epochs, repetitions).items():
                     rows.append((group, name, ratios))
                 print(f"measured {group}", file=sys.stderr)
@@ -364,11 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Training steps per second as a ratio to the floor loop (a), measured in the same",
         "repetition: median (min-max). Sizes: "
-        + "; ".join(
-            f"{s.name} = {s.n_samples} samples x {s.n_features} features, hidden {s.hidden_dim}, "
-            f"batch {s.batch_size}"
-            for s in sizes.values()
-        )
+        + "; ".join(f"{group} = {settings}" for group, settings in measured.items())
         + ".",
         "",
         "| task, size | loop | ratio to floor |",

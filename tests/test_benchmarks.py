@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.conftest import PYTHON, REPO, run
+from tests.conftest import PYTHON, REPO, TASKS, run
 
 pytestmark = pytest.mark.slow
 
@@ -15,16 +15,21 @@ def test_quick_benchmark_writes_a_table_and_a_chart(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     table = (tmp_path / "results.md").read_text()
+    # Every task in copier.yml is measured, and the settings that gave its size are stated.
+    sizes = next(line for line in table.splitlines() if "Sizes: " in line)
+    for task in TASKS:
+        assert re.search(rf"(Sizes: |; ){re.escape(task)} default = \w+ \d", sizes), sizes
+    assert f"Sizes: {TASKS[0]} default = n_samples 512, " in sizes  # quick mode's size
     for loop in (
         "(a) floor",
         "(b) generated",
         "(b) generated, clipping",
         "(c) textbook DataLoader",
     ):
-        for task in ("cla", "reg"):
-            assert re.search(rf"\| {task} default \| {re.escape(loop)} \| \d+\.\d\d \(", table), (
-                loop
-            )
+        for task in TASKS:
+            assert re.search(
+                rf"\| {re.escape(task)} default \| {re.escape(loop)} \| \d+\.\d\d \(", table
+            ), loop
     assert "| ratio scaffold new / copier copy |" in table and "| scaffold --help |" in table
     assert "torch " in table.splitlines()[2]  # the machine line names torch and its threads
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

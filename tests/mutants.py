@@ -2,7 +2,8 @@
 
 `python -m tests.mutants [--all] [--out docs/mutation-table.md]` renders projects, injects
 every bug that applies, runs each mutant's own test suite, and prints (and writes) the table
-of which test caught which bug. tests/test_mutations.py runs the same mutants under pytest.
+of which test caught which bug. tests/test_mutations.py runs the same mutants under pytest;
+tests/equivalents.py runs correct rewrites of the loop through the same machinery.
 """
 
 import argparse
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,32 +199,51 @@ LOOP_TESTS = (
 )
 
 
-def run_mutant(project: Path, package: str, mutant: Mutant, combo: str, work: Path) -> Outcome:
-    """Copy the project, inject the bug, run the copy's own tests, and say what caught it."""
-    mutated = work / project.name
-    shutil.copytree(project, mutated, ignore=shutil.ignore_patterns("run", "__pycache__"))
-    for edit in mutant.edits:
-        apply_edit(mutated / "src" / package / mutant.file, edit)
+@dataclass
+class LoopRun:
+    """What one edited copy of a project did under its loop tests."""
+
+    finished: bool  # imported, and its loop tests ran to the end (passing or failing)
+    returncode: int | None
+    failures: dict[str, str]  # failing test name -> its failure message
+    detail: str = ""  # why it did not finish
+
+
+def run_edited(
+    project: Path, package: str, file: str, edits: Iterable[Edit], work: Path
+) -> LoopRun:
+    """Copy the project, apply `edits` to one module of its package, run the copy's loop tests."""
+    edited = work / project.name
+    shutil.copytree(project, edited, ignore=shutil.ignore_patterns("run", "__pycache__"))
+    for edit in edits:
+        apply_edit(edited / "src" / package / file, edit)
     env = {**_env(), "PYTHONPATH": "src"}
     imports = subprocess.run(
         [sys.executable, "-c", f"import {package}.train, {package}.overfit"],
-        cwd=mutated, env=env, capture_output=True, text=True,
+        cwd=edited, env=env, capture_output=True, text=True,
     )  # fmt: skip
     if imports.returncode != 0:
-        return Outcome(mutant, combo, False, [], [], imports.stderr.strip()[-500:])
-    report = mutated / "report.xml"
+        return LoopRun(False, None, {}, imports.stderr.strip()[-500:])
+    report = edited / "report.xml"
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
          *LOOP_TESTS],
-        cwd=mutated, env=env, capture_output=True, text=True, timeout=600,
+        cwd=edited, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if tests.returncode not in (0, 1) or not report.exists():
-        return Outcome(mutant, combo, False, [], [], tests.stdout[-1500:] + tests.stderr[-500:])
-    failures = _failures(report)
+        return LoopRun(False, tests.returncode, {}, tests.stdout[-1500:] + tests.stderr[-500:])
+    return LoopRun(True, tests.returncode, _failures(report))
+
+
+def run_mutant(project: Path, package: str, mutant: Mutant, combo: str, work: Path) -> Outcome:
+    """Copy the project, inject the bug, run the copy's own tests, and say what caught it."""
+    run = run_edited(project, package, mutant.file, mutant.edits, work)
+    if not run.finished:
+        return Outcome(mutant, combo, False, [], [], run.detail)
     caught_by = [
-        name for name, message in failures.items() if mutant.rule in RULE_TAG.findall(message)
+        name for name, message in run.failures.items() if mutant.rule in RULE_TAG.findall(message)
     ]
-    return Outcome(mutant, combo, tests.returncode == 1, sorted(caught_by), sorted(failures))
+    return Outcome(mutant, combo, run.returncode == 1, sorted(caught_by), sorted(run.failures))
 
 
 def _env() -> dict:

@@ -1,0 +1,513 @@
+"""Correct rewrites of the generated training loop, as edits on a rendered project, and a runner.
+
+`python -m tests.equivalents [--out docs/equivalents-table.md]` renders the covering set,
+applies every rewrite that fits each render, runs each copy's loop tests and prints (and
+writes) the table of which rewrites pass. Each rewrite trains exactly as the generated code
+does, so a failing test here is a test that judges the style of the loop, not what it does:
+the mutation suite (tests/mutants.py) shows that the tests catch bugs, this one that they
+accept correct code. tests/test_equivalents.py runs the same rewrites under pytest.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scaffold.options import Options
+from tests.mutants import COVERING, Edit, run_edited
+
+
+def _always(options: Options) -> bool:
+    return True
+
+
+def _amp(o: Options) -> bool:
+    return o.amp
+
+
+def _clip(o: Options) -> bool:
+    return o.clip
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    rewrite: str  # what the user changed, in a few words
+    file: str  # a module of the generated package
+    # The edits, or a function of the options for rewrites whose text depends on them.
+    edits: tuple[Edit, ...] | Callable[[Options], tuple[Edit, ...]]
+    applies: Callable[[Options], bool] = field(default=_always)
+
+    def edits_for(self, options: Options) -> tuple[Edit, ...]:
+        return self.edits(options) if callable(self.edits) else self.edits
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", self.rewrite.lower()).strip("-")
+
+
+# Lines of the generated engine.py, as rendered (long ones split to fit this file).
+_ZERO = "optimizer.zero_grad(set_to_none=True)"
+_ZERO_LINE = f"        {_ZERO}  # R2: drop the last step's gradients before backward\n"
+_TRAIN_LOOP = "    for inputs, targets in batches:\n        optimizer.zero_grad("
+_CLIP_CALL = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)"
+_FP32_UPDATE = "        optimizer.step()  # R3: update with this batch's gradients\n"
+_AMP_UPDATE = (
+    "        scaler.step(optimizer)  # R5: skips the update when the gradients overflowed\n"
+    "        scaler.update()\n"
+)
+_AMP_BACKWARD = (
+    "        scaler.scale(loss).backward()  # R5: fp16 loss scaled up so small gradients survive\n"
+)
+_UNSCALE = (
+    "        scaler.unscale_(optimizer)  # R5: clip the true gradients, not the scaled ones\n"
+)
+_CHECK = (
+    "        if len(losses) % CHECK_EVERY == 0 and not torch.isfinite(losses[-1]):\n"
+    "            break\n"
+)
+_EPOCH_MEAN = """\
+    weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
+    per_step = torch.stack(losses).double()
+    mean_loss = (per_step * weights).sum().item() / sum(sizes)
+    if not math.isfinite(mean_loss):  # one read per epoch; the first bad step only on failure
+        step = int(torch.isfinite(per_step).logical_not().nonzero()[0])
+        raise NonFiniteLoss("training", per_step[step].item(), step + 1)
+"""
+_BEFORE_TRAIN_ONE_EPOCH = "\n\n\ndef train_one_epoch("
+
+# The rewrites' own code.
+_EPOCH_MEAN_OF_FLOATS = """\
+    mean_loss = sum(value * n for value, n in zip(losses, sizes)) / sum(sizes)
+    if not math.isfinite(mean_loss):
+        step = next(i for i, value in enumerate(losses) if not math.isfinite(value))
+        raise NonFiniteLoss("training", losses[step], step + 1)
+"""
+_CLIP_HELPER = '''
+
+
+def clip(model: nn.Module, max_norm: float) -> None:
+    """Rescale the gradients so that their total norm is at most max_norm."""
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)'''
+
+
+def _update(o: Options) -> str:
+    return _AMP_UPDATE if o.amp else _FP32_UPDATE
+
+
+def _step_body(o: Options) -> str:
+    """The generated training step, from zero_grad to the update, exactly as rendered."""
+    text = _ZERO_LINE
+    if o.amp:
+        text += (
+            "        # R6: autocast covers the forward pass and the loss only, never backward or "
+            "the step.\n"
+            "        with torch.autocast(inputs.device.type, dtype=amp_dtype):\n"
+            "            outputs = model(inputs)\n"
+            "            loss = task.loss(outputs, targets)\n"
+        ) + _AMP_BACKWARD
+        if o.clip:
+            text += _UNSCALE
+    else:
+        text += (
+            "        outputs = model(inputs)\n"
+            "        loss = task.loss(outputs, targets)\n"
+            "        loss.backward()\n"
+        )
+    if o.clip:
+        text += (
+            "        # R4: after backward, before the step; otherwise clipping does nothing.\n"
+            f"        {_CLIP_CALL}\n"
+        )
+    return text + _update(o)
+
+
+def _step_arguments(o: Options) -> str:
+    return "".join([", scaler, amp_dtype" if o.amp else "", ", max_grad_norm" if o.clip else ""])
+
+
+def _eval_loop(o: Options) -> str:
+    """evaluate()'s loop, exactly as rendered."""
+    if o.amp:
+        forward = (
+            "        with torch.autocast(inputs.device.type, dtype=amp_dtype):\n"
+            "            outputs = model(inputs)\n"
+            "            loss = task.loss(outputs, targets)\n"
+        )
+    else:
+        forward = "        outputs = model(inputs)\n        loss = task.loss(outputs, targets)\n"
+    return (
+        "    for inputs, targets in batches:\n"
+        + forward
+        + "        sums.add(loss, outputs, targets)\n"
+    )
+
+
+def _indented(text: str) -> str:
+    return "".join("    " + line if line.strip() else line for line in text.splitlines(True))
+
+
+def _dedented(text: str) -> str:
+    return "".join(line.removeprefix("    ") for line in text.splitlines(True))
+
+
+def zero_grad_after_the_update(o: Options) -> tuple[Edit, ...]:
+    update = _update(o)
+    cleared = f"        {_ZERO}  # R2: the next backward() starts from no gradients\n"
+    return (Edit("delete", _ZERO), Edit("replace", update, update + cleared))
+
+
+def zero_grad_at_the_end_of_the_loop_body(o: Options) -> tuple[Edit, ...]:
+    cleared = f"        {_ZERO}  # R2: ready for the next batch's backward()\n"
+    return (Edit("delete", _ZERO), Edit("replace", _CHECK, _CHECK + cleared))
+
+
+def step_in_a_helper_function(o: Options) -> tuple[Edit, ...]:
+    arguments = _step_arguments(o)
+    helper = (
+        f"\n\n\ndef train_step(model, inputs, targets, optimizer, task{arguments}):\n"
+        '    """One update on one batch; returns its loss, detached from the graph."""\n'
+        + _dedented(_step_body(o))
+        + "    return loss.detach()"
+    )
+    call = f"        loss = train_step(model, inputs, targets, optimizer, task{arguments})\n"
+    return (
+        Edit("replace", _step_body(o), call),
+        Edit("replace", _BEFORE_TRAIN_ONE_EPOCH, helper + _BEFORE_TRAIN_ONE_EPOCH),
+    )
+
+
+def validation_in_a_block(manager: str) -> Callable[[Options], tuple[Edit, ...]]:
+    """evaluate() without the decorator: its loop runs inside `with <manager>:`."""
+
+    def edits(o: Options) -> tuple[Edit, ...]:
+        wrapped = f"    with {manager}:  # R10: no autograd graph in validation\n"
+        return (
+            Edit("delete", "@torch.no_grad()"),
+            Edit("replace", _eval_loop(o), wrapped + _indented(_eval_loop(o))),
+        )
+
+    return edits
+
+
+def autograd_backward(o: Options) -> tuple[Edit, ...]:
+    if o.amp:
+        return (
+            Edit(
+                "replace",
+                "scaler.scale(loss).backward()",
+                "torch.autograd.backward(scaler.scale(loss))",
+            ),
+        )
+    return (
+        Edit("replace", "        loss.backward()\n", "        torch.autograd.backward(loss)\n"),
+    )
+
+
+def gradients_from_autograd_grad(o: Options) -> tuple[Edit, ...]:
+    backward = _AMP_BACKWARD if o.amp else "        loss.backward()\n"
+    target = "scaler.scale(loss)" if o.amp else "loss"
+    # The gradients of one call of autograd.grad, put where backward() would have put them.
+    assign = (
+        "        parameters = [p for p in model.parameters() if p.requires_grad]\n"
+        f"        grads = torch.autograd.grad({target}, parameters)\n"
+        "        for parameter, grad in zip(parameters, grads, strict=True):\n"
+        "            parameter.grad = grad\n"
+    )
+    return (Edit("replace", backward, assign),)
+
+
+def step_with_a_closure(o: Options) -> tuple[Edit, ...]:
+    """The LBFGS style: the optimizer calls a closure that computes the gradients."""
+    clip = f"            {_CLIP_CALL}\n" if o.clip else ""
+    closure = (
+        "        def closure():\n"
+        f"            {_ZERO}\n"
+        "            loss = task.loss(model(inputs), targets)\n"
+        "            loss.backward()\n"
+        f"{clip}"
+        "            return loss\n"
+        "\n"
+        "        loss = optimizer.step(closure)  # R3: one update with this batch's gradients\n"
+    )
+    return (Edit("replace", _step_body(o), closure),)
+
+
+EQUIVALENTS = [
+    Equivalent("zero_grad right after the optimizer update", "engine.py",
+               zero_grad_after_the_update),
+    Equivalent("clip_grad_norm_ imported by name", "engine.py",
+               (Edit("replace", "from torch import nn\n",
+                     "from torch import nn\nfrom torch.nn.utils import clip_grad_norm_\n"),
+                Edit("replace", "torch.nn.utils.clip_grad_norm_(", "clip_grad_norm_(")),
+               _clip),
+    Equivalent("inference_mode instead of no_grad in evaluate", "engine.py",
+               (Edit("replace", "@torch.no_grad()", "@torch.inference_mode()"),)),
+    Equivalent("model.zero_grad instead of optimizer.zero_grad", "engine.py",
+               (Edit("replace", _ZERO, "model.zero_grad(set_to_none=True)"),)),
+    Equivalent("loss.item() every step for the epoch mean", "engine.py",
+               (Edit("delete", "# R11: detached, so no graph is kept"),
+                Edit("replace", "losses.append(loss.detach())",
+                     "losses.append(loss.item())  # R11: a float, so no graph is kept"),
+                Edit("replace", "not torch.isfinite(losses[-1])", "not math.isfinite(losses[-1])"),
+                Edit("replace", _EPOCH_MEAN, _EPOCH_MEAN_OF_FLOATS))),
+    Equivalent("model.train(False) instead of model.eval()", "engine.py",
+               (Edit("replace", "model.eval()", "model.train(False)"),)),
+    Equivalent("enumerate over the training batches", "engine.py",
+               (Edit("replace", _TRAIN_LOOP,
+                     _TRAIN_LOOP.replace("for inputs, targets in batches",
+                                         "for i, (inputs, targets) in enumerate(batches)")),
+                Edit("replace", "if len(losses) % CHECK_EVERY == 0",
+                     "if (i + 1) % CHECK_EVERY == 0"))),
+    Equivalent("the step in a helper function", "engine.py", step_in_a_helper_function),
+    Equivalent("zero_grad(set_to_none=False)", "engine.py",
+               (Edit("replace", _ZERO_LINE,
+                     "        optimizer.zero_grad(set_to_none=False)  # R2: zero the last step's "
+                     "gradients\n"),)),
+    Equivalent("clipping inside a helper function", "engine.py",
+               (Edit("replace", _CLIP_CALL, "clip(model, max_grad_norm)"),
+                Edit("replace", _BEFORE_TRAIN_ONE_EPOCH, _CLIP_HELPER + _BEFORE_TRAIN_ONE_EPOCH)),
+               _clip),
+    Equivalent("torch.autograd.backward instead of .backward()", "engine.py", autograd_backward),
+    Equivalent("a no_grad block in evaluate instead of the decorator", "engine.py",
+               validation_in_a_block("torch.no_grad()")),
+    Equivalent("a set_grad_enabled(False) block in evaluate", "engine.py",
+               validation_in_a_block("torch.set_grad_enabled(False)")),
+    Equivalent("autocast imported from torch", "engine.py",
+               (Edit("replace", "from torch import nn\n", "from torch import autocast, nn\n"),
+                Edit("replace", "step.\n        with torch.autocast(",
+                     "step.\n        with autocast("),
+                Edit("replace", "    for inputs, targets in batches:\n        with torch.autocast(",
+                     "    for inputs, targets in batches:\n        with autocast(")),
+               _amp),
+    Equivalent("clip_grad_norm_ with keyword arguments", "engine.py",
+               (Edit("replace", "(model.parameters(), max_grad_norm)",
+                     "(model.parameters(), max_norm=max_grad_norm, norm_type=2.0)"),),
+               _clip),
+    Equivalent("zero_grad at the end of the loop body", "engine.py",
+               zero_grad_at_the_end_of_the_loop_body),
+    Equivalent("model.train() at every step", "engine.py",
+               (Edit("delete", "model.train()  # R9"),
+                Edit("replace", _TRAIN_LOOP,
+                     _TRAIN_LOOP.replace("\n", "\n        model.train()  # R9: at every step\n"))),
+               ),
+    Equivalent("evaluate restores the mode it found", "engine.py",
+               (Edit("replace", "    model.eval()",
+                     "    was_training = model.training\n    model.eval()"),
+                Edit("replace", "    return sums.compute()",
+                     "    model.train(was_training)\n    return sums.compute()"))),
+    Equivalent("gradients set to None by hand", "engine.py",
+               (Edit("replace", _ZERO,
+                     "for parameter in model.parameters():\n            parameter.grad = None"),)),
+    Equivalent("gradients from torch.autograd.grad", "engine.py", gradients_from_autograd_grad),
+    Equivalent("optimizer.step with a closure", "engine.py", step_with_a_closure,
+               lambda o: not o.amp),  # GradScaler.step takes no closure
+    Equivalent("model moved to the device where it is built", "train.py",
+               (Edit("delete", "model.to(device)"),
+                Edit("replace", "output_dim)\n    optimizer = build_optimizer(",
+                     "output_dim).to(device)\n    optimizer = build_optimizer("))),
+    Equivalent("plateau step with metrics= keyword", "train.py",
+               (Edit("replace", 'step(val["loss"])', 'step(metrics=val["loss"])'),),
+               lambda o: o.scheduler == "plateau"),
+    Equivalent("cosine step before validation", "train.py",
+               (Edit("move_before", "scheduler.step()", "val = evaluate("),),
+               lambda o: o.scheduler == "cosine"),
+]  # fmt: skip
+
+
+# Trains a small run on the CPU, with each autocast dtype the project offers, and prints a
+# digest of the final weights and the history: a rewrite must give the generated code's.
+FINGERPRINT = """
+import dataclasses, hashlib, json, sys
+from {package} import train
+from {package}.config import Config
+
+fields = {{f.name for f in dataclasses.fields(Config)}}
+prints = {{}}
+for dtype in ("bfloat16", "float16") if "amp_dtype" in fields else ("none",):
+    out = f"{{sys.argv[1]}}/{{dtype}}"
+    settings = {{"n_samples": 330, "epochs": 3, "device": "cpu", "out": out}}
+    if "amp_dtype" in fields:
+        settings["amp_dtype"] = dtype
+    if "max_grad_norm" in fields:
+        settings["max_grad_norm"] = 0.5  # low enough that some steps are clipped
+    result = train.fit(Config(**settings))
+    digest = hashlib.sha256()
+    for name, tensor in sorted(result["model"].state_dict().items()):
+        digest.update(name.encode() + tensor.cpu().numpy().tobytes())
+    prints[dtype] = {{"weights": digest.hexdigest(), "history": result["history"]}}
+print(json.dumps(prints))
+"""
+
+
+def training_fingerprint(project: Path, package: str) -> dict:
+    """What a short CPU run of the project ends with: its weights' digest and its history."""
+    with tempfile.TemporaryDirectory() as out:
+        done = subprocess.run(
+            [sys.executable, "-c", FINGERPRINT.format(package=package), out],
+            cwd=project, env={**os.environ, "PYTHONPATH": "src", "OMP_NUM_THREADS": "1"},
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def differences(expected: dict, got: dict) -> list[str]:
+    """How a rewrite's training differs from the generated code's; empty when it does not.
+
+    Weights must match bit for bit. Epoch metrics may differ in their last digits, since a
+    rewrite may sum the losses in another order."""
+    if "error" in got:
+        return [f"training failed: {got['error']}"]
+    found = []
+    for dtype, mine in got.items():
+        theirs = expected[dtype]
+        where = "" if dtype == "none" else f" ({dtype})"
+        if mine["weights"] != theirs["weights"]:
+            found.append(f"final weights differ{where}")
+        if [r.keys() for r in mine["history"]] != [r.keys() for r in theirs["history"]]:
+            found.append(f"history has other epochs or columns{where}")
+            continue
+        for row, their_row in zip(mine["history"], theirs["history"], strict=True):
+            for key, value in row.items():
+                if not math.isclose(value, their_row[key], rel_tol=1e-9, abs_tol=1e-12):
+                    found.append(f"epoch {row['epoch']} {key} {value!r}, not {their_row[key]!r}")
+    return found
+
+
+@dataclass
+class Result:
+    equivalent: Equivalent
+    combo: str
+    ran: bool  # imported, and its loop tests ran to the end
+    failures: dict[str, str]  # failing test -> its failure message
+    detail: str = ""
+    # How its training differs from the generated code's: if not empty, the rewrite is wrong.
+    trains_differently: list[str] = field(default_factory=list)
+
+    @property
+    def passes(self) -> bool:
+        return self.ran and not self.failures and not self.trains_differently
+
+
+def run_equivalent(
+    project: Path,
+    package: str,
+    equivalent: Equivalent,
+    options: Options,
+    combo: str,
+    work: Path,
+    expected: dict | None = None,
+) -> Result:
+    """Copy the project, rewrite its loop, run the copy's loop tests, and check that it trains
+    as the generated code does (`expected`: the original's fingerprint, if already known)."""
+    edits = equivalent.edits_for(options)
+    run = run_edited(project, package, equivalent.file, edits, work)
+    result = Result(equivalent, combo, run.finished, run.failures, run.detail)
+    if run.finished:
+        expected = expected or training_fingerprint(project, package)
+        result.trains_differently = differences(
+            expected, training_fingerprint(work / project.name, package)
+        )
+    return result
+
+
+def first_line(message: str) -> str:
+    """A failure message's first line, without pytest's exception prefix, fit for a table."""
+    line = (message.strip().splitlines() or [""])[0]
+    line = re.sub(r"^(AssertionError|Failed): ", "", line)
+    return line.replace("|", "\\|")[:200]
+
+
+def _cell(result: Result) -> str:
+    if result.passes:
+        return "passes"
+    if result.trains_differently:  # the rewrite is wrong, whatever the tests said
+        return "**trains differently**: " + "; ".join(result.trains_differently[:3])
+    if not result.ran:
+        last = (result.detail.strip().splitlines() or ["no output"])[-1]
+        return f"**did not run**: {first_line(last)}"
+    failing = {}  # a message shared by several parametrised runs is listed once
+    for name, message in sorted(result.failures.items()):
+        base, _, param = name.removeprefix("test_").partition("[")
+        failing.setdefault((base, first_line(message)), []).append(param.rstrip("]"))
+    return "<br>".join(
+        f"**{base}**"
+        + (f" ({', '.join(p for p in params if p)})" if any(params) else "")
+        + f": {message}"
+        for (base, message), params in failing.items()
+    )
+
+
+def table(results: list[Result]) -> str:
+    """Markdown: one row per rewrite, one column per combination, 'passes' or what failed."""
+    combos = list(dict.fromkeys(r.combo for r in results))
+    rows: dict[str, dict[str, str]] = {}
+    for r in results:
+        rows.setdefault(r.equivalent.rewrite, {})[r.combo] = _cell(r)
+    failing = {r.equivalent.rewrite for r in results if not r.passes}
+    lines = [
+        f"{len(rows) - len(failing)} of {len(rows)} equivalents pass every loop test "
+        f"({sum(r.passes for r in results)} of {len(results)} renders).",
+        "",
+        "| file | rewrite | " + " | ".join(f"`{c}`" for c in combos) + " |",
+        "|---|---|" + "---|" * len(combos),
+    ]
+    for e in EQUIVALENTS:
+        if e.rewrite in rows:
+            cells = [rows[e.rewrite].get(c, "n/a") for c in combos]
+            lines.append(f"| {e.file} | {e.rewrite} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.conftest import COMBOS, combo_id, render
+
+    parser = argparse.ArgumentParser(prog="python -m tests.equivalents", description=__doc__)
+    parser.add_argument(
+        "--all", action="store_true", help="every combination, not the covering set"
+    )
+    parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", help="run only the rewrites whose slug contains this")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = []
+        for options in COMBOS if args.all else COVERING:
+            combo = combo_id(options)
+            project = render(Path(tmp) / "projects" / f"eq-{combo}", options).dest
+            package = project.name.replace("-", "_")
+            expected = training_fingerprint(project, package)
+            for equivalent in EQUIVALENTS:
+                if equivalent.applies(options) and (args.only or "") in equivalent.slug:
+                    work = Path(tmp) / "work" / f"{combo}-{equivalent.slug}"
+                    jobs.append((project, package, equivalent, options, combo, work, expected))
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(lambda job: run_equivalent(*job), jobs))
+    text = table(results)
+    print(text)
+    if args.out:
+        header = (
+            "# Equivalents table\n\nEach row is a correct rewrite of the generated training "
+            "loop, one a user might make. Each one trains\nexactly as the generated code does "
+            "(checked: a short CPU run ends with bit-identical weights),\nso every loop test "
+            "(contract, reproducibility, training, overfit) must still pass. A cell\nnames each "
+            "failing test and the first line of its message. Regenerate with\n"
+            "`python -m tests.equivalents --out docs/equivalents-table.md`.\n\n"
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(header + text)
+    return 0 if all(r.passes for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import task_cases
 from classification_full.checkpoint import CheckpointError, load_checkpoint
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL")
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SEEDS = [5, 2718]
 # A small run: the point is the order of events, not the learning.
-SETTINGS = ["--epochs", "4", "--device", "cpu", "--set", "n_samples=256", "--set", "hidden_dim=16"]
+SMALL = [flag for value in task_cases.SMALL for flag in ("--set", value)]
+SETTINGS = ["--epochs", "4", "--device", "cpu", *SMALL]
 
 # Runs `python -m PACKAGE.train ARGS` once per JSON argument list, each in a process of its
 # own forked from this one, which has paid for importing torch once; prints the exit codes.

@@ -168,32 +168,60 @@ def test_R11_the_loop_keeps_numbers_not_graphs(run):
             )
 
 
+class RecordingTask:
+    """The project's task, recording each batch's loss and size as the loop computes them."""
+
+    def __init__(self, task) -> None:
+        self.task, self.batches = task, []
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def loss(self, outputs, targets):
+        loss = self.task.loss(outputs, targets)
+        self.batches.append((loss.item(), len(targets)))
+        return loss
+
+
+def two_batches(split, device) -> list:
+    """The split as batches of n-1 samples and 1: a per-batch mean gives the 1 half the weight."""
+    whole = data_module.Batches(split, len(split), shuffle=False, device=device)
+    inputs, targets = next(iter(whole))
+    return [(inputs[:-1], targets[:-1]), (inputs[-1:], targets[-1:])]
+
+
 def test_R12_epoch_metrics_are_per_sample_means(tmp_path):
     cfg = small_config(tmp_path, dropout=0.0)
     device = torch.device(DEVICE)
     data = data_module.load_data(cfg)
     model = build_model(cfg, data.input_shape, data.task.output_dim).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # no update: the weights stay fixed
-    # Batches of n-1 and 1 samples: a per-batch mean gives the single sample half the weight.
-    train_batches = data_module.Batches(
-        data.train, len(data.train) - 1, shuffle=True, device=device
+    recording = RecordingTask(data.task)
+    trained = train_one_epoch(
+        model,
+        two_batches(data.train, device),
+        optimizer,
+        recording,
     )
-    val_batches = data_module.Batches(data.val, len(data.val) - 1, shuffle=False, device=device)
-    trained = train_one_epoch(model, train_batches, optimizer, data.task)
-    validated = evaluate(model, val_batches, data.task)
+    # Training: the mean of the losses the loop computed, each weighted by its batch's size.
+    expected = sum(loss * n for loss, n in recording.batches) / sum(n for _, n in recording.batches)
+    assert trained["loss"] == pytest.approx(expected, rel=1e-4, abs=1e-6), (
+        f"R12: the epoch's training loss is {trained['loss']:.6g}; the per-sample mean of its "
+        f"batches' losses ({recording.batches}) is {expected:.6g}"
+    )
 
+    # Validation: every metric over two batches equals that of the whole split at once.
+    validated = evaluate(model, two_batches(data.val, device), data.task)
     model.eval()
-    for split, measured in ((data.train, trained), (data.val, validated)):
-        whole = data_module.Batches(split, len(split), shuffle=False, device=device)
-        inputs, targets = next(iter(whole))  # the whole split as one batch, as the model sees it
-        with torch.no_grad():
-            outputs = model(inputs)
-            loss = data.task.loss(outputs, targets).item()
-        sums = {k: v.item() for k, v in data.task.batch_stats(outputs, targets).items()}
-        expected = {"loss": loss, **data.task.epoch_metrics(sums, len(targets))}
-        for key in measured.keys() - {"skipped_steps"}:  # a count of steps, not a mean
-            value = expected[key]
-            assert measured[key] == pytest.approx(value, rel=1e-2, abs=1e-4), (
-                f"R12: epoch {key} is {measured[key]:.6g}; the per-sample mean over the "
-                f"{len(targets)} samples is {value:.6g}"
-            )
+    whole = data_module.Batches(data.val, len(data.val), shuffle=False, device=device)
+    inputs, targets = next(iter(whole))
+    with torch.no_grad():
+        outputs = model(inputs)
+        loss = data.task.loss(outputs, targets).item()
+    sums = {k: v.item() for k, v in data.task.batch_stats(outputs, targets).items()}
+    expected = {"loss": loss, **data.task.epoch_metrics(sums, len(targets))}
+    for key, value in expected.items():
+        assert validated[key] == pytest.approx(value, rel=1e-2, abs=1e-4), (
+            f"R12: validation {key} is {validated[key]:.6g}; the per-sample mean over the "
+            f"{len(targets)} samples is {value:.6g}"
+        )

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import task_cases
 from classification_minimal import train
 from classification_minimal.checkpoint import load_checkpoint
 from classification_minimal.config import Config
@@ -26,7 +27,7 @@ from classification_minimal.model import build_model
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # Small and on the CPU: these tests are about what happens around the epochs.
-SMALL = ["--device", "cpu", "--set", "n_samples=256", "--set", "hidden_dim=16"]
+SMALL = ["--device", "cpu", *(flag for value in task_cases.SMALL for flag in ("--set", value))]
 SEEDS = [3, 11, 2024]
 FIXED_HINT = (
     "when resuming: they define the data, the model or the batch order of the run; "
@@ -76,14 +77,16 @@ def test_a_huge_learning_rate_stops_the_run_with_one_line(tmp_path, capsys, seed
     assert code == train.EXIT_DIVERGED == 3
     [error] = errors
     found = re.fullmatch(
-        r"error: training loss is (nan|inf) at epoch (\d), step (\d+) of (\d+); the run stopped "
-        r"and (.+); lower the learning rate \(lr 1\.00e\+06\) or check the data for extreme "
-        r"values",
+        r"error: training (?:loss|left \S+, which) is (nan|inf|inf or nan) at epoch (\d)"
+        r"(?:, step (\d+) of (\d+))?; the run stopped "
+        r"and (.+); lower the learning rate \(lr (\S+)\) or check the data for extreme values",
         error,
     )
     assert found, error
-    epoch, step, steps = (int(found.group(i)) for i in (2, 3, 4))
-    assert 1 <= step <= steps
+    epoch = int(found.group(2))
+    if found.group(3):  # a loss: the step is named; a broken model state is found at epoch end
+        assert 1 <= int(found.group(3)) <= int(found.group(4))
+    assert 0 < float(found.group(6)) <= 1e6  # the rate of the epoch that diverged
     if epoch == 1:
         assert found.group(5) == "nothing was saved"
         assert not (out / "last.pt").exists() and not (out / "best.pt").exists()
@@ -158,7 +161,7 @@ def test_the_first_bad_step_is_named_and_the_epoch_stops_within_check_every(bad_
     data = load_data(cfg)
     model = build_model(cfg, data.input_shape, data.task.output_dim)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    features, targets = data.train.features[:8], data.train.targets[:8]
+    features, targets = next(iter(train.Batches(data.train, 8, shuffle=False)))
     poisoned = features.clone()
     poisoned[0, 0] = math.nan
     taken = []
@@ -281,11 +284,10 @@ def test_a_new_learning_rate_on_resume_is_used_and_recorded(tmp_path, capsys, se
     [
         (["--seed", "99"], "seed (5 -> 99)"),
         (["--set", "batch_size=32"], "batch_size (64 -> 32)"),
-        (["--set", "hidden_dim=8"], "hidden_dim (16 -> 8)"),
-        (
-            ["--set", "val_fraction=0.5", "--set", "num_layers=1"],
-            "val_fraction (0.2 -> 0.5), num_layers (2 -> 1)",
-        ),
+    ]
+    + [
+        ([flag for value in values for flag in ("--set", value)], named)
+        for values, named in task_cases.FIXED_CHANGES
     ],
 )
 def test_settings_that_shape_the_run_cannot_change_on_resume(tmp_path, capsys, change, named):
@@ -316,7 +318,7 @@ def other_options(checkpoint: dict) -> None:
 
 def narrower_first_layer(checkpoint: dict) -> None:
     name = next(iter(checkpoint["model"]))
-    checkpoint["model"][name] = checkpoint["model"][name][:, :3]
+    checkpoint["model"][name] = checkpoint["model"][name][:-1]  # one output fewer
 
 
 @pytest.mark.parametrize(
@@ -345,22 +347,25 @@ def narrower_first_layer(checkpoint: dict) -> None:
             "training",
         ),
         (
-            lambda c: c["config"].update(n_features=8),
-            "checkpoint {path} was trained on other data (feature_names, feature_mean, "
-            "feature_std differ); resume with the data it was trained on",
+            lambda c: c["config"].update(task_cases.OTHER_DATA[0]),
+            "checkpoint {path} was trained on other data ("
+            + task_cases.OTHER_DATA[1]
+            + " differ); resume with the data it was trained on",
         ),
         (
             narrower_first_layer,
             "checkpoint {path} does not fit this project's model or settings (size mismatch for "
-            "net.0.weight: copying a param with shape torch.Size([16, 3]) from checkpoint, the "
-            "shape in current model is torch.Size([16, 16]).); give a last.pt written by this "
-            "project's training",
+            "{first}: copying a param with shape {narrower} from checkpoint, the shape in "
+            "current model is {shape}.); give a last.pt written by this project's training",
         ),
     ],
     ids=["other-options", "other-project", "older-template", "missing-key", "other-data", "shapes"],
 )
 def test_a_checkpoint_this_project_cannot_resume_is_refused(tmp_path, capsys, edit, message):
     path = edited(capsys, tmp_path, edit)
+    saved = torch.load(tmp_path / "run" / "last.pt", weights_only=True)  # before the edit
+    first, weights = next(iter(saved["model"].items()))
+    shape = weights.shape  # of the first parameter, as the project's model has it
     code, lines, errors = train_cli(capsys, "--resume", str(path), "--epochs", "3")
     assert code == 2
     other = {"cosine": "plateau", "plateau": "cosine"}["cosine"]
@@ -370,6 +375,9 @@ def test_a_checkpoint_this_project_cannot_resume_is_refused(tmp_path, capsys, ed
         not_amp=not train.PROJECT["amp"],
         amp=train.PROJECT["amp"],
         package=train.PROJECT["package"],
+        first=first,
+        shape=shape,
+        narrower=torch.Size([shape[0] - 1, *shape[1:]]),
     )
     assert errors == [f"error: {expected}"]
     assert not (tmp_path / "last.pt").exists()
@@ -454,10 +462,13 @@ def test_a_run_clears_stale_temporaries_and_first_prints_its_size(tmp_path, caps
     assert code == 0 and errors == []
     assert not any(path.exists() for path in stale)
     assert temporaries(out) == ["mine.tmp"]
-    count = sum(t.numel() for t in load_checkpoint(out / "last.pt")["model"].values())
-    assert lines[0] == (
-        f"model: {count:,} parameters; each checkpoint about {train.human_size(3 * 4 * count)}"
-    )
+    found = re.fullmatch(r"model: ([\d,]+) parameters; each checkpoint about (.+)", lines[0])
+    assert found, lines[0]
+    # Parameters only: the saved weights may also hold buffers (BatchNorm's statistics).
+    count = int(found.group(1).replace(",", ""))
+    saved = sum(t.numel() for t in load_checkpoint(out / "last.pt")["model"].values())
+    assert 0 < count <= saved
+    assert found.group(2) == train.human_size(3 * 4 * count)
 
 
 def test_sizes_read_as_people_write_them():

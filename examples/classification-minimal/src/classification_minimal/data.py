@@ -19,6 +19,13 @@ class DataError(ValueError):
     """Data that cannot be read or used, with the file and place named."""
 
 
+# The data settings that train.py also takes as flags: name -> (metavar, help).
+DATA_FLAGS = {
+    "data": ("CSV", "CSV file (default: synthetic data)"),
+    "target": ("NAME", "CSV column to predict (default: target)"),
+}
+
+
 @dataclass
 class DataSettings:
     """Where the data comes from and how it is split; Config inherits these settings."""

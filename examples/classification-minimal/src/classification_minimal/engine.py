@@ -15,8 +15,8 @@ CHECK_EVERY = 100
 class NonFiniteLoss(ArithmeticError):
     """A loss of inf or nan; `step` is the 1-based training step within the epoch, if any."""
 
-    def __init__(self, phase: str, value: float, step: int | None = None) -> None:
-        super().__init__(f"{phase} loss is {value}")
+    def __init__(self, phase: str, value: float, step: int | None = None, what="loss") -> None:
+        super().__init__(f"{phase} {what} is {value}")
         self.value, self.step = value, step
 
 

@@ -23,7 +23,7 @@ from .checkpoint import (
     write_atomically,
 )
 from .config import Config, ConfigError, dump_config, load_config
-from .data import Batches, DataError, load_data
+from .data import DATA_FLAGS, Batches, DataError, load_data
 from .engine import NonFiniteLoss, evaluate, train_one_epoch
 from .model import build_model
 from .seed import rng_state, seed_everything, set_rng_state
@@ -380,6 +380,9 @@ def fit(
             val = evaluate(model, val_batches, data.task)
             if not math.isfinite(val["loss"]):
                 raise NonFiniteLoss("validation", val["loss"])
+            broken = [k for k, v in model.state_dict().items() if not v.isfinite().all()]
+            if broken:  # e.g. BatchNorm's running variance overflows while the loss stays finite
+                raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
             scheduler.step()  # R7: once per epoch, after this epoch's optimizer steps
 
             improved = val["loss"] < best_val_loss  # R13: judged on this epoch's validation loss
@@ -446,8 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train")
     parser.add_argument("--out", metavar="DIR", help="folder for metrics.csv, last.pt and best.pt")
     parser.add_argument("--seed", type=int, help="random seed (data split, weights, batch order)")
-    parser.add_argument("--data", metavar="CSV", help="CSV file (default: synthetic data)")
-    parser.add_argument("--target", metavar="NAME", help="CSV column to predict (default: target)")
+    for name, (metavar, text) in DATA_FLAGS.items():  # the task's data settings, as flags
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=metavar, help=text)
     parser.add_argument(
         "--resume", metavar="CKPT", help="continue from a checkpoint, e.g. runs/latest/last.pt"
     )
@@ -472,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    flags = ("epochs", "device", "out", "seed", "data", "target")
+    flags = ("epochs", "device", "out", "seed", *DATA_FLAGS)
     overrides = args.overrides + [
         f"{name}={getattr(args, name)}" for name in flags if getattr(args, name) is not None
     ]

@@ -1,0 +1,189 @@
+"""Data: built-in synthetic images or a folder of image files, a seeded split, and batches."""
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .augment import channel_stats, crop_and_flip, normalize
+from .images import DataError, load_image_folder
+from .synthetic import SHAPES, make_synthetic
+from .task import Task
+
+__all__ = ["DATA_FLAGS", "Batches", "Data", "DataError", "DataSettings", "Split", "load_data"]
+
+# The data settings that train.py also takes as flags: name -> (metavar, help).
+DATA_FLAGS = {
+    "data": ("DIR", "folder with one sub-folder of images per class (default: synthetic shapes)"),
+}
+
+
+@dataclass
+class DataSettings:
+    """Where the images come from, their size, and the training augmentation; Config inherits
+    these settings."""
+
+    # A folder with one sub-folder of images per class, or train/ and val/ folders that each
+    # hold them; None: built-in synthetic shapes.
+    data: str | None = None
+    val_fraction: float = 0.2  # share of the images held out, unless the folder has val/
+    image_size: int = 32  # images are scaled (shorter side) and centre-cropped to this square
+    channels: int = 3  # 3 for colour, 1 for greyscale
+    n_samples: int = 2048  # synthetic images: how many
+    crop_padding: int = 4  # augmentation: pad by this many pixels, then crop at random (0: off)
+    flip: bool = False  # augmentation: mirror half the images (wrong for digits and text)
+    memory_budget_mb: int = 4096  # the decoded images must fit in this much memory
+    cache_dir: str = ".cache/images"  # decoded folders are kept here for the next run; "": off
+    skip_bad: bool = False  # leave out unreadable image files (and say how many); False: stop
+
+    def data_checks(self) -> list[tuple[bool, str]]:
+        size = self.n_samples * self.channels * self.image_size**2
+        return [
+            (0.0 < self.val_fraction < 1.0, "val_fraction must be between 0 and 1"),
+            (8 <= self.image_size <= 4096, "image_size must be between 8 and 4096"),
+            (self.channels in (1, 3), "channels must be 1 or 3"),
+            (2 <= self.n_samples <= 10**7, "n_samples must be between 2 and 10000000"),
+            (
+                0 <= self.crop_padding < self.image_size,
+                "crop_padding must be 0 or more, below image_size",
+            ),
+            (
+                1 <= self.memory_budget_mb <= 2**24,
+                "memory_budget_mb must be between 1 and 16777216",
+            ),
+            (size <= 4 * 10**9, "n_samples x channels x image_size^2 must be at most 4e9 bytes"),
+        ]
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # uint8, (samples, channels, size, size), 0..255 as decoded
+    targets: torch.Tensor  # int64 class indices
+    mean: torch.Tensor  # per-channel statistics of the training images, on the 0..1 scale
+    std: torch.Tensor
+    crop_padding: int = 0  # training augmentation; validation batches never augment
+    flip: bool = False
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+
+@dataclass
+class Data:
+    train: Split
+    val: Split
+    task: Task
+    mean: torch.Tensor  # training statistics, saved with checkpoints for prediction
+    std: torch.Tensor
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train.images.shape[1:])
+
+    def state_dict(self) -> dict:
+        return {
+            "image_shape": list(self.input_shape),
+            "image_mean": self.mean,
+            "image_std": self.std,
+            "task": self.task.state_dict(),
+        }
+
+
+def load_data(cfg) -> Data:
+    """The images of a run: read or made, split, and described by training statistics only."""
+    generator = torch.Generator().manual_seed(cfg.seed)  # split and synthetic data follow the seed
+    val = None
+    if cfg.data:
+        folder = load_image_folder(
+            cfg.data,
+            image_size=cfg.image_size,
+            channels=cfg.channels,
+            memory_budget=cfg.memory_budget_mb * 2**20,
+            cache_dir=cfg.cache_dir or None,
+            skip_bad=cfg.skip_bad,
+        )
+        if not folder.in_memory:
+            raise DataError(f"{cfg.data}: {folder.reason}; raise memory_budget_mb or image_size")
+        if folder.skipped:
+            print(
+                f"skipped {len(folder.skipped)} unreadable images, e.g. {folder.skipped[0]}",
+                file=sys.stderr,
+                flush=True,
+            )
+        classes, images, labels = folder.classes, folder.train.images, folder.train.labels
+        if folder.val is not None:
+            val = (folder.val.images, folder.val.labels)
+    else:
+        images, labels = make_synthetic(
+            cfg.n_samples,
+            num_classes=cfg.n_classes,
+            image_size=cfg.image_size,
+            channels=cfg.channels,
+            generator=generator,
+        )
+        classes = list(SHAPES[: cfg.n_classes])
+    if val is None:  # a seeded split of the one set of images
+        n = len(labels)
+        n_val = round(n * cfg.val_fraction)
+        if n_val < 1 or n - n_val < 1:
+            raise DataError(f"{n} images cannot be split into training and validation sets")
+        order = torch.randperm(n, generator=generator)
+        val = (images[order[:n_val]], labels[order[:n_val]])
+        images, labels = images[order[n_val:]], labels[order[n_val:]]
+    mean, std = channel_stats(images)  # training images only: validation must not leak in
+    return Data(
+        train=Split(images, labels, mean, std, cfg.crop_padding, cfg.flip),
+        val=Split(val[0], val[1], mean, std),
+        task=Task(classes),
+        mean=mean,
+        std=std,
+    )
+
+
+class Batches:
+    """Mini-batches of images kept in memory as uint8, one index per batch.
+
+    Each training batch is cropped and flipped per image (the split's settings) and then
+    normalised, on the device; validation batches are only normalised. Batch order and
+    augmentation draw from the batcher's own seeded generator, so a checkpoint that saves its
+    state resumes both exactly.
+    """
+
+    def __init__(
+        self, split: Split, batch_size: int, *, shuffle: bool, seed: int = 0, device=None
+    ) -> None:
+        # uint8 is a quarter of float32: the images move to the device once, and each batch
+        # becomes float there.
+        self.images = split.images.to(device)
+        self.targets = split.targets.to(device)
+        self.mean, self.std = split.mean, split.std
+        self.crop_padding, self.flip = (split.crop_padding, split.flip) if shuffle else (0, False)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _indices(self) -> list[torch.Tensor]:
+        n = len(self.targets)
+        if not self.shuffle:
+            return list(torch.arange(n).split(self.batch_size))
+        batches = list(torch.randperm(n, generator=self.generator).split(self.batch_size))
+        # D2: a small last training batch gives BatchNorm noisy statistics; drop it, unless it
+        # is the only one.
+        if len(batches) > 1 and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def __len__(self) -> int:
+        n = len(self.targets)
+        if self.shuffle and n > self.batch_size:
+            return n // self.batch_size
+        return -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for index in self._indices():
+            index = index.to(self.images.device)
+            images = self.images[index]
+            if self.shuffle:
+                images = crop_and_flip(images, self.crop_padding, self.flip, self.generator)
+            yield normalize(images, self.mean, self.std), self.targets[index]

@@ -1,0 +1,48 @@
+"""The task: name the class of an image; cross-entropy loss; accuracy."""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+METRICS = ("accuracy",)  # validation metrics, after the loss, in metrics.csv
+
+
+@dataclass
+class TaskSettings:
+    """The task's settings; Config inherits them."""
+
+    n_classes: int = 4  # synthetic images: number of classes (2 to 6 shapes)
+
+    def task_checks(self) -> list[tuple[bool, str]]:
+        return [(2 <= self.n_classes <= 6, "n_classes must be between 2 and 6 (synthetic shapes)")]
+
+
+class Task:
+    """Cross-entropy over len(classes) logits; targets are class indices."""
+
+    def __init__(self, classes: list[str]) -> None:
+        self.classes = classes
+        self.output_dim = len(classes)
+        self.criterion = nn.CrossEntropyLoss()
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Task":
+        return cls(list(state["classes"]))
+
+    def state_dict(self) -> dict:
+        return {"classes": self.classes}
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.criterion(outputs, targets)
+
+    def batch_stats(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Sums over the batch, kept on the device until the epoch ends."""
+        return {"correct": (outputs.argmax(dim=1) == targets).sum()}
+
+    def epoch_metrics(self, sums: dict[str, float], count: int) -> dict[str, float]:
+        return {"accuracy": sums["correct"] / count}
+
+    def memorised(self, metrics: dict[str, float]) -> bool:
+        """A batch is learnt by heart when every image in it is classified correctly."""
+        return metrics["accuracy"] == 1.0

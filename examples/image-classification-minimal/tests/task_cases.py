@@ -1,0 +1,51 @@
+"""This task's settings as the shared tests use them: a small run, bad values, resume checks."""
+
+import math
+
+# --set values for a run that takes a fraction of a second; the tests add --device cpu.
+SMALL = ["n_samples=256", "image_size=16", "width=8", "depth=2"]
+
+# Each bad value of the task's own settings, as --set and as a TOML line, and its message.
+BAD_VALUES = [
+    ("val_fraction=inf", "val_fraction = inf", "val_fraction must be a finite number, got inf"),
+    ("val_fraction=1", "val_fraction = 1", "val_fraction must be between 0 and 1"),
+    ("dropout=nan", "dropout = nan", "dropout must be a finite number, got nan"),
+    ("image_size=7", "image_size = 7", "image_size must be between 8 and 4096"),
+    ("channels=2", "channels = 2", "channels must be 1 or 3"),
+    ("width=0", "width = 0", "width must be between 1 and 1024"),
+    ("depth=9", "depth = 9", "depth must be between 1 and 8"),
+    ("n_samples=1", "n_samples = 1", "n_samples must be between 2 and 10000000"),
+    ("n_classes=7", "n_classes = 7", "n_classes must be between 2 and 6 (synthetic shapes)"),
+    (
+        "crop_padding=32",
+        "crop_padding = 32",
+        "crop_padding must be 0 or more, below image_size",
+    ),
+    (
+        "memory_budget_mb=0",
+        "memory_budget_mb = 0",
+        "memory_budget_mb must be between 1 and 16777216",
+    ),
+]
+# Bad data flags of train.py and their messages.
+BAD_FLAGS = [(["--set", "channels=4"], "channels must be 1 or 3")]
+# The largest values the task's settings accept, as --set values.
+BOUNDARY = ["width=1024", "depth=8", "n_samples=2", "n_classes=6", "crop_padding=31"]
+# Settings written out and read back unchanged (strings with spaces and non-ASCII letters).
+ROUND_TRIP = [{"data": "some folder/ünïcode"}, {"cache_dir": ""}]
+
+# Settings that define the run, which a resume refuses to change: (--set values, as named).
+FIXED_CHANGES = [
+    (["width=4"], "width (8 -> 4)"),
+    (["val_fraction=0.5", "depth=1"], "val_fraction (0.2 -> 0.5), depth (2 -> 1)"),
+]
+# A config change that makes other data, and what a resume says differs.
+OTHER_DATA = ({"channels": 1}, "image_shape, image_mean, image_std")
+
+
+def assert_learned(history: list[dict], cfg, data) -> None:
+    """The last epoch of a 20-epoch run on the synthetic shapes is well past chance."""
+    last = history[-1]
+    chance = 1 / cfg.n_classes
+    assert last["val_accuracy"] > 0.8 > 3 * chance, last
+    assert math.isfinite(last["train_loss"])

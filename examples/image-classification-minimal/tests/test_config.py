@@ -7,7 +7,12 @@ import pytest
 
 import task_cases
 from image_classification_minimal import train
-from image_classification_minimal.config import Config, ConfigError, dump_config, load_config
+from image_classification_minimal.config import (  # one name a line: fits any package name
+    Config,
+    ConfigError,
+    dump_config,
+    load_config,
+)
 
 
 def test_a_toml_file_may_start_with_a_utf8_bom(tmp_path):

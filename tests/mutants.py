@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scaffold.options import Options
+from tests.conftest import FACTORS, covering_set
 
 
 class MutationError(Exception):
@@ -70,6 +71,7 @@ class Mutant:
     file: str  # a module of the generated package
     edits: tuple[Edit, ...]
     applies: Callable[[Options], bool] = field(default=_always)
+    tests: tuple[str, ...] = ()  # generated test files to run besides LOOP_TESTS
 
     @property
     def slug(self) -> str:
@@ -83,6 +85,13 @@ _PER_BATCH = "            for _ in range(len(train_batches)):\n    "
 
 def _amp(o: Options) -> bool:
     return o.amp
+
+
+def _images(o: Options) -> bool:
+    return o.task == "image-classification"
+
+
+_DATA_TESTS = ("tests/test_data.py",)
 
 
 def _fp32(o: Options) -> bool:
@@ -150,18 +159,29 @@ MUTANTS = [
            lambda o: o.early_stopping),
     Mutant("S1", "nothing seeded", "train.py",
            (Edit("delete", "seed_everything(cfg.seed, cfg.deterministic)"),)),
+    # The image task's data rules, caught by its own tests/test_data.py.
+    Mutant("D2", "small last training batch kept (BatchNorm)", "data.py",
+           (Edit("replace", "if len(batches) > 1 and len(batches[-1]) < self.batch_size:",
+                 "if False:"),), _images, _DATA_TESTS),
+    Mutant("D5", "validation batches augmented", "data.py",
+           (Edit("replace", "(split.crop_padding, split.flip) if shuffle else (0, False)",
+                 "(split.crop_padding, split.flip)"),
+            Edit("replace", "            if self.shuffle:\n                images = crop_and_flip",
+                 "            if True:\n                images = crop_and_flip")),
+           _images, _DATA_TESTS),
+    Mutant("D6", "normalisation statistics taken with the validation images", "data.py",
+           (Edit("replace", "    mean, std = channel_stats(images)  # training images only",
+                 "    mean, std = channel_stats(torch.cat([images, val[0]]))  #"),),
+           _images, _DATA_TESTS),
 ]  # fmt: skip
 
-# A covering set: each rule meets each option that changes how it is written
-# (AMP on and off, both schedulers, clipping on and off, early stopping on and off, both tasks).
-COVERING = [
-    Options(),
-    Options(scheduler="plateau", amp=True, clip=True, early_stopping=True),
-    Options(task="regression", amp=True, early_stopping=True),
-    Options(task="regression", scheduler="plateau", clip=True),
-]
+# A pairwise covering set of the option combinations, chosen by code (tests/conftest.py): every
+# pair of values of any two options (each task, scheduler, AMP, clipping, early stopping) meets
+# in some combination, so each rule meets each option that changes how it is written. The
+# numbers are the defaults the mutants were written against (max_grad_norm 1.0, seed 42).
+COVERING = [Options(**{name: getattr(o, name) for name in FACTORS}) for o in covering_set()]
 
-RULE_TAG = re.compile(r"\b([RSC]\d{1,2})(?=[:/,])")
+RULE_TAG = re.compile(r"\b([RSCD]\d{1,2})(?=[:/,])")
 
 
 @dataclass
@@ -210,7 +230,12 @@ class LoopRun:
 
 
 def run_edited(
-    project: Path, package: str, file: str, edits: Iterable[Edit], work: Path
+    project: Path,
+    package: str,
+    file: str,
+    edits: Iterable[Edit],
+    work: Path,
+    tests: tuple[str, ...] = (),
 ) -> LoopRun:
     """Copy the project, apply `edits` to one module of its package, run the copy's loop tests."""
     edited = work / project.name
@@ -227,7 +252,7 @@ def run_edited(
     report = edited / "report.xml"
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         *LOOP_TESTS],
+         *LOOP_TESTS, *tests],
         cwd=edited, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if tests.returncode not in (0, 1) or not report.exists():
@@ -237,7 +262,7 @@ def run_edited(
 
 def run_mutant(project: Path, package: str, mutant: Mutant, combo: str, work: Path) -> Outcome:
     """Copy the project, inject the bug, run the copy's own tests, and say what caught it."""
-    run = run_edited(project, package, mutant.file, mutant.edits, work)
+    run = run_edited(project, package, mutant.file, mutant.edits, work, mutant.tests)
     if not run.finished:
         return Outcome(mutant, combo, False, [], [], run.detail)
     caught_by = [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import combo_id
+from tests.conftest import TASKS, combo_id
 from tests.mutants import COVERING, MUTANTS, run_mutant
 
 CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
@@ -10,14 +10,14 @@ CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
 
 def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
     rules = {m.rule for m in MUTANTS}
-    assert rules == {f"R{i}" for i in range(1, 14)} | {"S1"}
+    assert rules == {f"R{i}" for i in range(1, 14)} | {"S1", "D2", "D5", "D6"}
     for mutant in MUTANTS:
         assert any(mutant.applies(o) for o in COVERING), mutant.bug
     # Each switch that changes how rules are written is seen both on and off.
     for name in ("amp", "clip", "early_stopping"):
         assert {getattr(o, name) for o in COVERING} == {False, True}, name
     assert {o.scheduler for o in COVERING} == {"cosine", "plateau"}
-    assert {o.task for o in COVERING} == {"classification", "regression"}
+    assert {o.task for o in COVERING} == set(TASKS)
 
 
 @pytest.mark.slow

@@ -7,8 +7,9 @@ one that breaks a rule fails, naming the rule.
 What the recorder touches, all undone when `watch()` ends:
 - the model that `train.build_model` returns: forward hooks (mode, grad mode, autocast), a hook
   on its output's gradient (the moment backward reaches this step's graph), and a hook on each
-  parameter that fires once its gradient is accumulated;
-- torch's global optimizer step pre-hook: the gradients and learning rate of every update;
+  parameter that sees this batch's gradient, from backward() or torch.autograd.grad;
+- torch's global optimizer step pre-hook (the gradients and learning rate of every update) and
+  post-hook (for an optimizer whose closure computes the gradients inside step());
 - the project's `Batches.__iter__`: which epoch, phase and batch the loop is in;
 - methods of torch classes, which no import style can bypass: `GradScaler.scale`, `.step`,
   `.update` (which update the scaler made, and the scale of each backward); the `__init__` of
@@ -23,11 +24,13 @@ What it assumes, and what to change when that no longer holds:
   `watch(train, data, batches_class=torch.utils.data.DataLoader, is_training=lambda loader:
   isinstance(loader.sampler, torch.utils.data.RandomSampler))`;
 - the model returns a tensor, or a tuple, list or dict whose first tensor is the prediction;
-- one optimizer update per batch (gradient accumulation would need R14's checks instead).
+- one optimizer update per batch (gradient accumulation would need R14's checks instead), and
+  an optimizer that leaves `.grad` as it found it (all of torch's do).
 A broken assumption raises RecorderSetupError naming it, not an AttributeError.
 """
 
 import contextlib
+import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -36,7 +39,10 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 MODEL_BUILDER = "build_model"  # the function in train.py that returns the model
 
@@ -164,7 +170,7 @@ class LoopRecorder:
         for parameter in module.parameters():  # also parameters replaced since the last step
             known = self._hooked.get(id(parameter))
             if parameter.requires_grad and (known is None or known() is not parameter):
-                parameter.register_post_accumulate_grad_hook(self._after_accumulate)
+                parameter.register_hook(functools.partial(self._on_grad, parameter))
                 self._hooked[id(parameter)] = weakref.ref(parameter)
 
     def _after_forward(self, module, inputs, output):
@@ -198,9 +204,20 @@ class LoopRecorder:
         ]
         step.scaled_backward = any(ref.fired for ref in self._scaled)
 
-    def _after_accumulate(self, parameter) -> None:
+    def _on_grad(self, parameter, grad) -> None:
+        # A leaf's tensor hook sees this batch's gradient, from backward() or autograd.grad.
         if self.step() is not None:
-            self._accumulated[id(parameter)] = parameter.grad.detach().clone()
+            self._accumulated[id(parameter)] = grad.detach().clone()
+
+    def _after_update(self, optimizer, args, kwargs):
+        # A closure computes the gradients inside step(), after the pre-hook: measure again.
+        step = self.step()
+        if step is None or not step.updates or step.updates[-1].after_backward:
+            return
+        if self._accumulated:
+            update = step.updates[-1]
+            update.after_backward = True
+            self._measure(update, optimizer, step, 1.0)
 
     # --- updates ------------------------------------------------------------------------
     def _before_update(self, optimizer, args, kwargs):
@@ -276,10 +293,12 @@ class LoopRecorder:
             overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
             torch.__future__.set_overwrite_module_params_on_conversion(True)
             handle = register_optimizer_step_pre_hook(self._before_update)
+            post = register_optimizer_step_post_hook(self._after_update)
             try:
                 yield self
             finally:
                 handle.remove()
+                post.remove()
                 torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
                 self._end_epoch()
 

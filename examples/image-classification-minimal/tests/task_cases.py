@@ -22,9 +22,9 @@ BAD_VALUES = [
         "crop_padding must be 0 or more, below image_size",
     ),
     (
-        "memory_budget_mb=0",
-        "memory_budget_mb = 0",
-        "memory_budget_mb must be between 1 and 16777216",
+        "memory_budget_mb=-1",
+        "memory_budget_mb = -1",
+        "memory_budget_mb must be between 0 and 16777216",
     ),
 ]
 # Bad data flags of train.py and their messages.

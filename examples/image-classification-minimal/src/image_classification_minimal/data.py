@@ -8,6 +8,7 @@ import torch
 
 from .augment import channel_stats, crop_and_flip, normalize
 from .images import DataError, load_image_folder
+from .streaming import ImageFiles, loader, sample_stats
 from .synthetic import SHAPES, make_synthetic
 from .task import Task
 
@@ -33,7 +34,8 @@ class DataSettings:
     n_samples: int = 2048  # synthetic images: how many
     crop_padding: int = 4  # augmentation: pad by this many pixels, then crop at random (0: off)
     flip: bool = False  # augmentation: mirror half the images (wrong for digits and text)
-    memory_budget_mb: int = 4096  # the decoded images must fit in this much memory
+    memory_budget_mb: int = 4096  # decoded images beyond this stream from disk (0: always)
+    workers: int = 2  # processes that decode streamed images (0: in the training process)
     cache_dir: str = ".cache/images"  # decoded folders are kept here for the next run; "": off
     skip_bad: bool = False  # leave out unreadable image files (and say how many); False: stop
 
@@ -49,21 +51,24 @@ class DataSettings:
                 "crop_padding must be 0 or more, below image_size",
             ),
             (
-                1 <= self.memory_budget_mb <= 2**24,
-                "memory_budget_mb must be between 1 and 16777216",
+                0 <= self.memory_budget_mb <= 2**24,
+                "memory_budget_mb must be between 0 and 16777216",
             ),
+            (0 <= self.workers <= 256, "workers must be between 0 and 256"),
             (size <= 4 * 10**9, "n_samples x channels x image_size^2 must be at most 4e9 bytes"),
         ]
 
 
 @dataclass
 class Split:
-    images: torch.Tensor  # uint8, (samples, channels, size, size), 0..255 as decoded
+    images: torch.Tensor | None  # uint8, (samples, channels, size, size); None when streamed
     targets: torch.Tensor  # int64 class indices
     mean: torch.Tensor  # per-channel statistics of the training images, on the 0..1 scale
     std: torch.Tensor
     crop_padding: int = 0  # training augmentation; validation batches never augment
     flip: bool = False
+    files: ImageFiles | None = None  # the image files, when they are streamed from disk
+    workers: int = 0  # processes decoding streamed files
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -79,7 +84,10 @@ class Data:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.train.images.shape[1:])
+        if self.train.images is not None:
+            return tuple(self.train.images.shape[1:])
+        files = self.train.files
+        return (files.channels, files.image_size, files.image_size)
 
     def state_dict(self) -> dict:
         return {
@@ -103,17 +111,21 @@ def load_data(cfg) -> Data:
             cache_dir=cfg.cache_dir or None,
             skip_bad=cfg.skip_bad,
         )
-        if not folder.in_memory:
-            raise DataError(f"{cfg.data}: {folder.reason}; raise memory_budget_mb or image_size")
+        print(f"data: {folder.reason}", flush=True)  # which path the run takes, and why
         if folder.skipped:
             print(
-                f"skipped {len(folder.skipped)} unreadable images, e.g. {folder.skipped[0]}",
+                f"skipped {plural(len(folder.skipped), 'unreadable image')}, "
+                f"e.g. {folder.skipped[0]}",
                 file=sys.stderr,
                 flush=True,
             )
-        classes, images, labels = folder.classes, folder.train.images, folder.train.labels
-        if folder.val is not None:
-            val = (folder.val.images, folder.val.labels)
+        classes, labels = folder.classes, folder.train.labels
+        if folder.in_memory:
+            images = folder.train.images
+            if folder.val is not None:
+                val = (folder.val.images, folder.val.labels)
+        else:
+            return _streamed(cfg, folder, generator)
     else:
         images, labels = make_synthetic(
             cfg.n_samples,
@@ -124,13 +136,9 @@ def load_data(cfg) -> Data:
         )
         classes = list(SHAPES[: cfg.n_classes])
     if val is None:  # a seeded split of the one set of images
-        n = len(labels)
-        n_val = round(n * cfg.val_fraction)
-        if n_val < 1 or n - n_val < 1:
-            raise DataError(f"{n} images cannot be split into training and validation sets")
-        order = torch.randperm(n, generator=generator)
-        val = (images[order[:n_val]], labels[order[:n_val]])
-        images, labels = images[order[n_val:]], labels[order[n_val:]]
+        train_index, val_index = _split(len(labels), cfg.val_fraction, generator)
+        val = (images[val_index], labels[val_index])
+        images, labels = images[train_index], labels[train_index]
     mean, std = channel_stats(images)  # training images only: validation must not leak in
     return Data(
         train=Split(images, labels, mean, std, cfg.crop_padding, cfg.flip),
@@ -141,29 +149,69 @@ def load_data(cfg) -> Data:
     )
 
 
-class Batches:
-    """Mini-batches of images kept in memory as uint8, one index per batch.
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
-    Each training batch is cropped and flipped per image (the split's settings) and then
-    normalised, on the device; validation batches are only normalised. Batch order and
-    augmentation draw from the batcher's own seeded generator, so a checkpoint that saves its
-    state resumes both exactly.
+
+def _split(n: int, val_fraction: float, generator: torch.Generator):
+    n_val = round(n * val_fraction)
+    if n_val < 1 or n - n_val < 1:
+        raise DataError(f"{n} images cannot be split into training and validation sets")
+    order = torch.randperm(n, generator=generator)
+    return order[n_val:], order[:n_val]
+
+
+def _streamed(cfg, folder, generator: torch.Generator) -> Data:
+    """Data over the memory budget: file lists that DataLoader workers decode while training."""
+    files = ImageFiles(
+        folder.train.paths, folder.train.labels, cfg.image_size, cfg.channels, cfg.skip_bad
+    )
+    if folder.val is not None:
+        train = files
+        val = ImageFiles(
+            folder.val.paths, folder.val.labels, cfg.image_size, cfg.channels, cfg.skip_bad
+        )
+    else:
+        train_index, val_index = _split(len(files), cfg.val_fraction, generator)
+        train, val = files.subset(train_index), files.subset(val_index)
+    mean, std = sample_stats(train, generator)  # training images only
+    return Data(
+        train=Split(None, train.labels, mean, std, cfg.crop_padding, cfg.flip, train, cfg.workers),
+        val=Split(None, val.labels, mean, std, files=val, workers=cfg.workers),
+        task=Task(folder.classes),
+        mean=mean,
+        std=std,
+    )
+
+
+class Batches:
+    """Mini-batches of images, one index per batch, as uint8 until they reach the device.
+
+    Images in memory are indexed a batch at a time; streamed ones are decoded by DataLoader
+    workers in the order this batcher draws. Each training batch is then cropped and flipped
+    per image (the split's settings) and normalised on the device; validation batches are only
+    normalised. Batch order and augmentation draw from the batcher's own seeded generator, so a
+    checkpoint that saves its state resumes both exactly, with any number of workers.
     """
 
     def __init__(
         self, split: Split, batch_size: int, *, shuffle: bool, seed: int = 0, device=None
     ) -> None:
-        # uint8 is a quarter of float32: the images move to the device once, and each batch
-        # becomes float there.
-        self.images = split.images.to(device)
-        self.targets = split.targets.to(device)
+        self.device = torch.device(device or "cpu")
+        # uint8 is a quarter of float32: images in memory move to the device once, and each
+        # batch becomes float there.
+        self.images = None if split.images is None else split.images.to(self.device)
+        self.targets = split.targets.to(self.device)
+        self.files, self.workers, self._loader = split.files, split.workers, None
+        self.reported_skips = False
         self.mean, self.std = split.mean, split.std
         self.crop_padding, self.flip = (split.crop_padding, split.flip) if shuffle else (0, False)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.generator = torch.Generator().manual_seed(seed)
 
-    def _indices(self) -> list[torch.Tensor]:
+    def batch_indices(self) -> list[torch.Tensor]:
+        """The sample indices of each batch of one epoch (drawn now, for a training epoch)."""
         n = len(self.targets)
         if not self.shuffle:
             return list(torch.arange(n).split(self.batch_size))
@@ -180,10 +228,36 @@ class Batches:
             return n // self.batch_size
         return -(-n // self.batch_size)
 
+    def _uint8_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self.images is not None:
+            for index in self.batch_indices():
+                index = index.to(self.device)
+                yield self.images[index], self.targets[index]
+            return
+        if self._loader is None:  # workers start with the first epoch and stay
+            self._loader = loader(self.files, self, self.workers, self.device)
+        failed, skipped = None, 0
+        try:
+            for images, targets, unreadable in self._loader:
+                skipped += unreadable  # left out by skip_bad
+                if len(targets):  # empty when every file of the batch was unreadable
+                    yield (
+                        images.to(self.device, non_blocking=True),
+                        targets.to(self.device, non_blocking=True),
+                    )
+        except DataError as err:  # from a worker: its traceback, then the reason, last
+            failed = str(err).strip().splitlines()[-1].split("DataError: ")[-1]
+            self._loader = None
+        if skipped and not self.reported_skips:  # the same files each epoch: say it once
+            self.reported_skips = True
+            print(f"skipped {plural(skipped, 'unreadable image')} while streaming", file=sys.stderr)
+        if failed is not None:
+            # Raised outside the except block, so nothing keeps the loader and its worker
+            # processes alive: they stop now, not when the error is forgotten.
+            raise DataError(failed)
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for index in self._indices():
-            index = index.to(self.images.device)
-            images = self.images[index]
+        for images, targets in self._uint8_batches():
             if self.shuffle:
                 images = crop_and_flip(images, self.crop_padding, self.flip, self.generator)
-            yield normalize(images, self.mean, self.std), self.targets[index]
+            yield normalize(images, self.mean, self.std), targets

@@ -352,9 +352,11 @@ def _read_cache(cache_file: Path, count: int, size: int, channels: int) -> dict 
         return None
     # The name is a hash of the inputs, so a mismatch means a damaged or foreign file.
     try:
-        kept, images = stored["kept"], stored["images"]
+        kept, images, labels = stored["kept"], stored["images"], stored["labels"]
         fits = len(kept) == count and images.dtype == torch.uint8
         fits = fits and tuple(images.shape) == (int(kept.sum()), channels, size, size)
+        fits = fits and labels.dtype == torch.int64 and len(labels) == len(images)
+        fits = fits and isinstance(stored["bad"], list)
     except (TypeError, KeyError, AttributeError):
         fits = False
     if not fits:

@@ -26,6 +26,16 @@ def invoke(*args: str):
 SCRIPT = Path(PYTHON).with_name("scaffold")  # the console script, as users start scaffold
 
 
+def scaffold_python() -> Path:
+    """The interpreter scaffold runs under: the console script's (pip writes `python` or
+    `python3.11` in its first line, depending on the install) or this one."""
+    if SCRIPT.is_file():
+        first = SCRIPT.read_text(errors="replace").splitlines()[0]
+        if first.startswith("#!") and first[2:].strip():
+            return Path(first[2:].split()[0])
+    return Path(PYTHON)
+
+
 def scaffold_command(*args: str) -> list[str]:
     if SCRIPT.is_file():
         return [str(SCRIPT), *args]
@@ -260,9 +270,10 @@ def test_ctrl_c_during_the_smoke_check_says_the_project_is_kept(tmp_path):
     os.killpg(run.pid, signal.SIGINT)
     _, err = run.communicate(timeout=120)
     assert run.returncode == 130
+    python = scaffold_python().name
     assert one_error_line(err) == (
         f"interrupted during the smoke check; the project in {dest} is complete and kept; "
-        f"run the check with: cd {dest} && PYTHONPATH=src {Path(PYTHON).name} -m smoked.overfit"
+        f"run the check with: cd {dest} && PYTHONPATH=src {python} -m smoked.overfit"
     )
     assert (dest / "pyproject.toml").is_file()
     assert leftovers(tmp_path) == ["smoked"]

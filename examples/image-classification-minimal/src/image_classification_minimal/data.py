@@ -79,8 +79,16 @@ class Data:
     train: Split
     val: Split
     task: Task
-    mean: torch.Tensor  # training statistics, saved with checkpoints for prediction
-    std: torch.Tensor
+
+    # The training images' statistics, which every split normalises with; saved with
+    # checkpoints for prediction.
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.train.mean
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.train.std
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -144,8 +152,6 @@ def load_data(cfg) -> Data:
         train=Split(images, labels, mean, std, cfg.crop_padding, cfg.flip),
         val=Split(val[0], val[1], mean, std),
         task=Task(classes),
-        mean=mean,
-        std=std,
     )
 
 
@@ -179,8 +185,6 @@ def _streamed(cfg, folder, generator: torch.Generator) -> Data:
         train=Split(None, train.labels, mean, std, cfg.crop_padding, cfg.flip, train, cfg.workers),
         val=Split(None, val.labels, mean, std, files=val, workers=cfg.workers),
         task=Task(folder.classes),
-        mean=mean,
-        std=std,
     )
 
 

@@ -5,7 +5,8 @@
 
 Every figure is a ratio of training steps per second to the floor loop, measured in the same
 repetition, with the loops interleaved; the table gives the median and the min-max over
-repetitions. Every task in copier.yml is measured (--tasks to choose). Results go to
+repetitions. Every task in copier.yml is measured (--tasks to choose); a task with a module of
+its own in benchmarks/tasks/ adds its loops and timings there. Results go to
 benchmarks/results/ (results.md and chart.png).
 """
 
@@ -76,7 +77,7 @@ class Project:
         result = render_project(dest, *project_names(str(dest)), replace(options, task=task))
         package = dest.name.replace("-", "_")
         sys.path.insert(0, str(result.dest / "src"))
-        self.label, self.options = label, options
+        self.label, self.options, self.package = label, options, package
         self.config = importlib.import_module(f"{package}.config")
         self.data = importlib.import_module(f"{package}.data")
         self.engine = importlib.import_module(f"{package}.engine")
@@ -223,6 +224,14 @@ def lightning_loop(project: Project, cfg, data, lean: bool, tmp: Path):
     return run
 
 
+def task_extras(task: str):
+    """benchmarks/tasks/<task>.py, the task's own loops and timings, or None."""
+    name = task.replace("-", "_")
+    if not (REPO / "benchmarks" / "tasks" / f"{name}.py").exists():
+        return None
+    return importlib.import_module(f"benchmarks.tasks.{name}")
+
+
 def measure_loops(loops: dict, epochs: int, repetitions: int) -> dict[str, list[float]]:
     """Ratios of steps per second to the floor, one per repetition, loops interleaved."""
     for run in loops.values():  # warm-up: allocator, kernels, lazy imports
@@ -302,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str, list[float]]] = []
+    task_timings: list[tuple[str, str, list[float]]] = []  # (group, what, seconds)
     measured: dict[str, str] = {}  # group -> the settings that gave its size
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -312,7 +322,15 @@ def main(argv: list[str] | None = None) -> int:
                 for label, options in VARIANTS.items()
             }
             base = projects["generated"]
-            for size in sizes.values():
+            extras = task_extras(task)
+            task_sizes = sizes
+            if extras is not None and not args.quick and hasattr(extras, "SIZES"):
+                # A task whose steps cost more measures other sizes or fewer epochs.
+                task_sizes = {
+                    name: Size(name, settings, epochs)
+                    for name, (settings, epochs) in extras.SIZES.items()
+                }
+            for size in task_sizes.values():
                 cfg = make_config(base, size, tmp)
                 torch.manual_seed(0)
                 data = base.data.load_data(cfg)
@@ -325,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                     base, cfg, data
                 )
                 loops["(c) textbook DataLoader"] = textbook_loop(base, cfg, data)
+                if extras is not None:
+                    loops.update(extras.loops(base, cfg, data, tmp))
                 if has_lightning:
                     loops["(d) Lightning, defaults"] = lightning_loop(base, cfg, data, False, tmp)
                     loops["(d) Lightning, lean"] = lightning_loop(base, cfg, data, True, tmp)
@@ -332,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
                 measured[group] = describe_size(cfg)
                 for name, ratios in measure_loops(loops, size.epochs, repetitions).items():
                     rows.append((group, name, ratios))
+                if extras is not None:
+                    for what, seconds in extras.timings(base, cfg, data, tmp, repetitions):
+                        task_timings.append((group, what, seconds))
                 print(f"measured {group}", file=sys.stderr)
 
         # Rendering: scaffold new against copier copy of the same answers; CLI start-up.
@@ -404,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         f"| ratio scaffold new / copier copy | {ratio:.2f} |",
         f"| scaffold --help | {summary(help_)} |",
     ]
+    if task_timings:
+        lines += ["", "| task, size | timed | median seconds (min-max) |", "|---|---|---|"]
+        lines += [f"| {g} | {what} | {summary(v)} |" for g, what, v in task_timings]
     lines += ["", "| generated project's own test suite | seconds |", "|---|---|"]
     lines += [f"| {name} | {seconds:.1f} |" for name, seconds in suites.items()]
     text = "\n".join(lines) + "\n"

@@ -30,6 +30,13 @@ def test_quick_benchmark_writes_a_table_and_a_chart(tmp_path):
             assert re.search(
                 rf"\| {re.escape(task)} default \| {re.escape(loop)} \| \d+\.\d\d \(", table
             ), loop
+    # A task's own benchmark module adds its rows: for images, the textbook image-folder loop
+    # (files decoded per item) and the decode and cached-start timings.
+    for workers in (0, 2):
+        row = f"(c) textbook image folder + DataLoader, {workers} workers"
+        assert re.search(rf"\| image-classification default \| {re.escape(row)} \| \d", table)
+    assert re.search(r"\| \d+ PNG files decoded into memory .*\| \d+\.\d\d \(", table), table
+    assert re.search(r"\| the same \d+ images loaded from the cache .*\| \d+\.\d\d", table)
     assert "| ratio scaffold new / copier copy |" in table and "| scaffold --help |" in table
     assert "torch " in table.splitlines()[2]  # the machine line names torch and its threads
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

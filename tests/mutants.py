@@ -92,6 +92,7 @@ def _images(o: Options) -> bool:
 
 
 _DATA_TESTS = ("tests/test_data.py",)
+_STREAMING_TESTS = ("tests/test_streaming.py",)
 
 
 def _fp32(o: Options) -> bool:
@@ -173,6 +174,16 @@ MUTANTS = [
            (Edit("replace", "    mean, std = channel_stats(images)  # training images only",
                  "    mean, std = channel_stats(torch.cat([images, val[0]]))  #"),),
            _images, _DATA_TESTS),
+    # S2 in the streamed path's DataLoader workers, caught by tests/test_streaming.py. (Leaving
+    # out worker_init_fn is not a bug torch >= 1.9 lets through: it seeds NumPy and random in
+    # each worker itself; these are the mistakes that do survive.)
+    Mutant("S2", "every worker seeded alike", "streaming.py",
+           (Edit("replace", "    seed = torch.initial_seed() % 2**32", "    seed = 0"),),
+           _images, _STREAMING_TESTS),
+    Mutant("S2", "worker seeds fixed instead of drawn from the run's seed", "streaming.py",
+           (Edit("replace", "manual_seed(int(batches.generator.initial_seed()) + 1)",
+                 "manual_seed(1)"),),
+           _images, _STREAMING_TESTS),
 ]  # fmt: skip
 
 # A pairwise covering set of the option combinations, chosen by code (tests/conftest.py): every

@@ -33,6 +33,7 @@ from image_classification_minimal.synthetic import (
 )
 
 BUDGET = 1 << 30  # bytes: far more than any folder here needs
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 
 def write_image(path: Path, value=100, size=(10, 10), mode="L") -> Path:
@@ -417,6 +418,56 @@ def test_a_changed_folder_misses_the_cache(tmp_path, monkeypatch, change, files)
     assert not folder.cached and len(decoded) == files == len(folder.train)
     assert read_folder(root, cache_dir=cache).cached  # the changed folder has its own cache
     assert len(decoded) == files
+    assert len(list(cache.iterdir())) == 1  # which replaced the outdated one
+
+
+def test_a_moved_folder_still_hits_its_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    first = read_folder(make_folder(tmp_path / "pics"), cache_dir=cache)
+    moved = tmp_path / "elsewhere" / "pics"
+    moved.parent.mkdir()
+    (tmp_path / "pics").rename(moved)  # a rename keeps the files' dates
+    forbid_decoding(monkeypatch)
+    again = read_folder(moved, cache_dir=cache)
+    assert again.cached and torch.equal(again.train.images, first.train.images)
+
+
+def test_a_new_cache_removes_only_outdated_and_abandoned_files(tmp_path):
+    root, cache = make_folder(tmp_path / "pics"), tmp_path / "cache"
+    read_folder(root, cache_dir=cache)
+    (written,) = cache.iterdir()
+    source = written.name.split("-")[1]
+    dead = 2**22 + 12345  # above Linux's default pid_max: no process has it
+    abandoned = cache / f".images-{source}-0.pt.{dead}.tmp"  # a run killed while writing
+    in_progress = cache / f".images-{source}-1.pt.{os.getpid()}.tmp"  # a live run writing
+    other_folder = cache / "images-0123456789ab-fedcba.pt"
+    user_file = cache / "notes.txt"
+    for path in (abandoned, in_progress, other_folder, user_file):
+        path.write_bytes(b"x")
+    _touch(root)
+    read_folder(root, cache_dir=cache)
+    left = sorted(p.name for p in cache.iterdir())
+    assert written.name not in left and abandoned.name not in left
+    assert {in_progress.name, other_folder.name, user_file.name} <= set(left)
+    assert len(left) == 4  # the three kept files and the new cache
+
+
+def test_runs_cache_in_the_users_cache_folder_wherever_they_start(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    root = make_folder(tmp_path / "pics")
+    (tmp_path / "cwd").mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": str(SRC)}
+    argv = ["--data", str(root), "--epochs", "1", "--out", str(tmp_path / "run")]
+    argv += ["--set", "image_size=8", "--set", "channels=1", "--set", "batch_size=2"]
+    command = [sys.executable, "-m", "image_classification_minimal.train", *argv]
+    result = subprocess.run(command, cwd=tmp_path / "cwd", env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "decoded from 6 files" in result.stdout
+    cached = list((tmp_path / "xdg" / "image_classification_minimal" / "images").iterdir())
+    assert len(cached) == 1 and cached[0].name.startswith("images-")
+    assert list((tmp_path / "cwd").iterdir()) == []  # nothing where the run started
 
 
 def test_other_image_settings_miss_the_cache(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """Images beyond the memory budget stream from disk and train exactly as images in memory."""
 
 import dataclasses
+import random
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from PIL import Image
 from image_classification_minimal import train
 from image_classification_minimal.config import Config
 from image_classification_minimal.data import DataError
+from image_classification_minimal.streaming import loader
 
 
 def write_images(root, per_class: int = 12, size: int = 12) -> None:
@@ -71,3 +73,51 @@ def test_skip_bad_leaves_unreadable_files_out_while_streaming(folder_cfg, tmp_pa
     cfg = dataclasses.replace(folder_cfg, memory_budget_mb=0, workers=0, skip_bad=True)
     result = train.fit(cfg)
     assert len(result["history"]) == cfg.epochs
+
+
+class RandomItems(torch.utils.data.Dataset):
+    """Items that draw from Python's, NumPy's and torch's random generators, as a random
+    transform in a Dataset would: what S2's worker seeding is for."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        draws = [random.random(), float(np.random.rand()), float(torch.rand(()))]
+        return torch.tensor(draws, dtype=torch.float64), torch.tensor(i)
+
+
+class TwoPerBatch:
+    """The little of a batcher that the loader reads: its generator and its batch order."""
+
+    def __init__(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return 4
+
+    def batch_indices(self) -> list[torch.Tensor]:
+        return list(torch.arange(8).split(2))
+
+
+def worker_draws(seed: int) -> torch.Tensor:
+    """(batch, item, generator) draws through the project's loader with 2 workers; batches
+    0 and 2 come from one worker, 1 and 3 from the other."""
+    batches = TwoPerBatch(seed)
+    items = loader(RandomItems(), batches, workers=2, device=torch.device("cpu"))
+    return torch.stack([draws for draws, _, _ in items])
+
+
+def test_worker_draws_repeat_with_the_seed_differ_between_workers_and_follow_the_seed():
+    """S2: a random transform in a worker draws the same numbers in every run of a seed, other
+    numbers in another worker (not a copy of its neighbour's stream) and with another seed."""
+    first = worker_draws(seed=7)
+    assert torch.equal(first, worker_draws(seed=7))
+    for generator, name in enumerate(["random", "numpy", "torch"]):
+        one_worker, other_worker = first[0, :, generator], first[1, :, generator]
+        assert not torch.equal(one_worker, other_worker), f"S2: workers repeat {name} draws"
+    other_seed = worker_draws(seed=8)
+    for generator, name in enumerate(["random", "numpy", "torch"]):
+        assert not torch.equal(first[..., generator], other_seed[..., generator]), (
+            f"S2: {name} draws in workers do not follow the seed"
+        )

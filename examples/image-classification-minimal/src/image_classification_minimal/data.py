@@ -1,8 +1,10 @@
 """Data: built-in synthetic images or a folder of image files, a seeded split, and batches."""
 
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -11,6 +13,10 @@ from .images import DataError, load_image_folder
 from .streaming import ImageFiles, loader, sample_stats
 from .synthetic import SHAPES, make_synthetic
 from .task import Task
+
+# $XDG_CACHE_HOME/<package>/images, where the user's cache folder is ~/.cache by default.
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache")
+DEFAULT_CACHE_DIR = str(USER_CACHE / __package__ / "images")
 
 __all__ = ["DATA_FLAGS", "Batches", "Data", "DataError", "DataSettings", "Split", "load_data"]
 
@@ -36,7 +42,9 @@ class DataSettings:
     flip: bool = False  # augmentation: mirror half the images (wrong for digits and text)
     memory_budget_mb: int = 4096  # decoded images beyond this stream from disk (0: always)
     workers: int = 2  # processes that decode streamed images (0: in the training process)
-    cache_dir: str = ".cache/images"  # decoded folders are kept here for the next run; "": off
+    # Decoded folders are kept here for the next run ("": off); per user, not per working
+    # directory, so a run started anywhere finds them.
+    cache_dir: str = DEFAULT_CACHE_DIR
     skip_bad: bool = False  # leave out unreadable image files (and say how many); False: stop
 
     def data_checks(self) -> list[tuple[bool, str]]:

@@ -107,8 +107,8 @@ def load_image_folder(
     labels = [y for part in parts.values() for y in part[2]]
     cache_file = None
     if cache_dir is not None:
-        key = _cache_key(root, paths, labels, image_size, channels)
-        cache_file = Path(cache_dir) / f"images-{key}.pt"
+        cache_dir = Path(cache_dir).expanduser()
+        cache_file = _cache_file(cache_dir, root, paths, labels, image_size, channels)
     stored = _read_cache(cache_file, count, image_size, channels) if cache_file else None
     cached = stored is not None
     if stored is None:
@@ -293,6 +293,25 @@ def _check_same_classes(root: Path, train: list[str], val: list[str]) -> None:
         )
 
 
+def _cache_file(
+    cache_dir: Path, root: Path, paths: list[Path], labels: list[int], size: int, channels: int
+) -> Path:
+    """Where this folder's decoded images are cached: images-<source>-<content>.pt.
+
+    <content> hashes everything the tensor depends on; <source> names the folder (its absolute
+    path) and the image settings, so that a new cache of a changed folder replaces the old one
+    (see _write_cache) instead of piling up. A cache whose content matches is used whatever
+    its source, so a folder that was moved or mounted elsewhere is not decoded again.
+    """
+    content = _cache_key(root, paths, labels, size, channels)
+    found = sorted(cache_dir.glob(f"images-*-{content}.pt"))
+    if found:
+        return found[0]
+    where = f"v{CACHE_VERSION} size={size} channels={channels} {root.resolve()}"
+    source = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return cache_dir / f"images-{source}-{content}.pt"
+
+
 def _cache_key(root: Path, paths: list[Path], labels: list[int], size: int, channels: int) -> str:
     """A hash of everything the decoded tensor depends on: the files, their dates and sizes."""
     digest = hashlib.sha256(f"v{CACHE_VERSION} size={size} channels={channels}\n".encode())
@@ -378,6 +397,32 @@ def _write_cache(cache_file: Path, stored: dict) -> None:
     except OSError as err:  # a read-only or full disk costs the next run a decode, nothing more
         warnings.warn(f"could not write the image cache {cache_file}: {err}", stacklevel=3)
         tmp.unlink(missing_ok=True)
+        return
+    _remove_stale(cache_file)
+
+
+def _remove_stale(cache_file: Path) -> None:
+    """Remove what is outdated beside a cache just written: the caches of the same folder and
+    settings from before its files changed, and temporary files of runs that were killed while
+    writing one. Only files this module names are touched."""
+    source = cache_file.name.split("-")[1]
+    for old in cache_file.parent.glob(f"images-{source}-*.pt"):
+        if old != cache_file:
+            old.unlink(missing_ok=True)
+    for tmp in cache_file.parent.glob(f".images-{source}-*.pt.*.tmp"):
+        pid = tmp.name.split(".")[-2]
+        if pid.isdigit() and not _running(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process, or no way to tell: leave its file alone
+        return True
+    return True
 
 
 def _mib(size: int) -> str:

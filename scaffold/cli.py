@@ -263,7 +263,9 @@ def new(
             help="Render into a non-empty DEST; changed files are kept as *.orig.",
         ),
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing on success but warnings.")
+    ] = False,
 ) -> int:
     """Create a new PyTorch training project in DEST.
 
@@ -298,6 +300,13 @@ def new(
         )
         if not quiet:
             _report_created(created, time.perf_counter() - started)
+        if created.uncommitted:  # a warning, which --quiet does not hide
+            typer.echo(
+                "warning: rendered from uncommitted template edits; the project records a "
+                "commit that exists nowhere, so scaffold update will not work for it; commit "
+                "the template and render again",
+                err=True,
+            )
         exit_code = _smoke_check(created, smoke, quiet)
         if not quiet:
             _print_next_steps(created.result.dest, created.package)
@@ -309,12 +318,6 @@ def new(
 def _report_created(created, seconds: float) -> None:
     result = created.result
     typer.echo(f"Created {result.dest.name}: {describe_answers(result.answers)}")
-    if created.uncommitted:
-        typer.echo(
-            "  warning: rendered from uncommitted template edits; the project records a "
-            "commit that exists nowhere, so scaffold update will not work for it",
-            err=True,
-        )
     typer.echo(f"  {len(result.files)} files in {result.dest} ({seconds:.1f} s)")
     for backup in result.backups:
         typer.echo(f"  kept your earlier {backup.with_suffix('')} as {backup}")

@@ -107,7 +107,11 @@ def render(template, context: dict):
     """Render a copier.yml value with the answers so far; non-strings are returned as they are."""
     if not isinstance(template, str) or "{" not in template:
         return template
-    return _jinja().from_string(template).render({**HIDDEN, **context})
+    # _copier_conf.data (the answers copier was given on this run) is empty here: the switches'
+    # validators use it to refuse a follow-up given while its switch is off, which scaffold
+    # refuses itself, naming the flags (unused_flags).
+    conf = {"_copier_conf": {"data": {}}}
+    return _jinja().from_string(template).render({**HIDDEN, **conf, **context})
 
 
 def default_of(question: Question, answers: dict):

@@ -67,6 +67,13 @@ NUMBER_CASES = [
     ),
     # Without --patience, the default rises above the plateau patience: valid in both.
     ({"scheduler": "plateau", "plateau_patience": 9, "early_stopping": True}, None),
+    # A follow-up given while its switch is off would be silently unused: refused by both.
+    ({"scheduler": "cosine", "plateau_patience": 3}, "applies only with"),
+    ({"plateau_patience": 3}, "applies only with"),
+    ({"clip": False, "max_grad_norm": 0.5}, "applies only with"),
+    ({"max_grad_norm": 0.5}, "applies only with"),
+    ({"early_stopping": False, "patience": 3}, "applies only with"),
+    ({"patience": 3}, "applies only with"),
 ]
 
 

@@ -165,6 +165,23 @@ def test_quiet_prints_nothing(tmp_path):
     assert result.exit_code == 0 and result.output == ""
 
 
+def test_rendering_uncommitted_template_edits_warns_even_when_quiet(tmp_path, monkeypatch):
+    # scaffold's own checkout with uncommitted edits under template/ (this checkout is kept
+    # clean in CI, so the finding is forced here; tests/test_update_probes.py tests the finding).
+    monkeypatch.setattr("scaffold.source.has_uncommitted_template", lambda source: True)
+    for extra in ([], ["--quiet"]):
+        result = invoke("new", str(tmp_path / f"p{len(extra)}"), "-y", "--no-smoke", *extra)
+        assert result.exit_code == 0, result.output
+        warning = [line for line in result.output.splitlines() if line.startswith("warning: ")]
+        assert warning == [
+            "warning: rendered from uncommitted template edits; the project records a commit "
+            "that exists nowhere, so scaffold update will not work for it; commit the template "
+            "and render again"
+        ], result.output
+        if extra:
+            assert result.output.splitlines() == warning  # --quiet: the warning and nothing else
+
+
 def test_version_and_help():
     assert invoke("--version").output == f"scaffold {scaffold.__version__}\n"
     top = invoke("--help")

@@ -264,3 +264,33 @@ def test_numeric_answers_land_in_the_config(render_combo, options):
     kinds = {"seed": "int", "plateau_patience": "int", "patience": "int", "max_grad_norm": "float"}
     for name, value in wanted.items():
         assert re.search(rf"^    {name}: {kinds[name]} = {re.escape(value)}\b", config, re.M), name
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_readme_installs_the_chosen_torch_before_the_project_and_keeps_it(render_combo, task):
+    """The install block takes a CPU torch from PyTorch's index before the project, so pip
+    never pulls the multi-GB CUDA build from PyPI onto a CPU machine; and the torch the README
+    says pip keeps really satisfies the project's requirement."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = render_combo(next(o for o in COMBOS if o.task == task)).dest
+    readme = (project / "README.md").read_text()
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    torch_line = next(i for i, line in enumerate(block) if line.startswith("pip install torch "))
+    project_line = next(i for i, line in enumerate(block) if line.startswith("pip install -e "))
+    assert torch_line < project_line, block
+    assert "--index-url https://download.pytorch.org/whl/cpu" in block[torch_line]
+    assert "https://download.pytorch.org/whl/cuXYZ" in readme  # the GPU build, named
+    assert "python -m venv --system-site-packages .venv" in readme  # reusing a torch
+    pyproject = (project / "pyproject.toml").read_text()
+    [spec] = [
+        Requirement(line.strip().strip('",'))
+        for line in pyproject.splitlines()
+        if line.strip().startswith('"torch')
+    ]
+    assert f"`{spec}`" in readme  # the README states the requirement the project declares
+    import torch
+
+    installed = Version(torch.__version__.split("+")[0])
+    assert spec.specifier.contains(installed), (spec, installed)  # 2.13 here: pip keeps it

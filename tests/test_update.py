@@ -169,25 +169,6 @@ def test_options_switched_on_later_keep_edits(tmp_path, template_repo):
     project_tests_pass(project)
 
 
-def test_rendering_uncommitted_template_edits_warns_even_when_quiet(tmp_path, template_repo):
-    engine = template_repo / ENGINE
-    engine.write_text(engine.read_text().replace(OLD_LINE, NEW_LINE))  # edited, not committed
-    for extra in ([], ["--quiet"]):
-        dest = tmp_path / f"proj{len(extra)}"
-        args = ["new", str(dest), "-y", "--no-smoke", "--template", str(template_repo), *extra]
-        result = runner.invoke(cli.app, args)
-        assert result.exit_code == 0, result.output
-        warning = [line for line in result.output.splitlines() if line.startswith("warning: ")]
-        assert warning == [
-            "warning: rendered from uncommitted template edits; the project records a commit "
-            "that exists nowhere, so scaffold update will not work for it; commit the template "
-            "and render again"
-        ], result.output
-        if extra:
-            assert result.output.splitlines() == warning  # --quiet: the warning and nothing else
-        assert NEW_LINE in next(dest.glob("src/*/engine.py")).read_text()
-
-
 def test_dirty_or_untracked_tree_is_refused_and_nothing_changes(tmp_path, template_repo):
     project = new_project(tmp_path, template_repo)
     release_version_b(template_repo)

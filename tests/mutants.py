@@ -91,6 +91,10 @@ def _images(o: Options) -> bool:
     return o.task == "image-classification"
 
 
+def _text(o: Options) -> bool:
+    return o.task == "text-classification"
+
+
 _DATA_TESTS = ("tests/test_data.py",)
 _STREAMING_TESTS = ("tests/test_streaming.py",)
 
@@ -184,6 +188,19 @@ MUTANTS = [
            (Edit("replace", "manual_seed(int(batches.generator.initial_seed()) + 1)",
                  "manual_seed(1)"),),
            _images, _STREAMING_TESTS),
+    # The text task's rules, caught by its own tests/test_data.py.
+    Mutant("T1", "vocabulary built from training and validation documents", "data.py",
+           (Edit("replace", "Vocabulary.build(texts, cfg.vocab_size",
+                 "Vocabulary.build(texts + val[0], cfg.vocab_size"),), _text, _DATA_TESTS),
+    Mutant("T2", "padding counted in the mean pooling", "model.py",
+           (Edit("replace", "return (features * weights).sum(dim=1) / weights.sum(dim=1)",
+                 "return features.mean(dim=1)"),), _text, _DATA_TESTS),
+    Mutant("T3", "padding not masked out of the max pooling", "model.py",
+           (Edit("replace", 'features.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)',
+                 "features.amax(dim=1)"),), _text, _DATA_TESTS),
+    Mutant("T3", "the <pad> embedding is a learnt vector, not zero", "model.py",
+           (Edit("replace", "nn.Embedding(vocab_size, embedding_dim, padding_idx=PAD)",
+                 "nn.Embedding(vocab_size, embedding_dim)"),), _text, _DATA_TESTS),
 ]  # fmt: skip
 
 # A pairwise covering set of the option combinations, chosen by code (tests/conftest.py): every
@@ -192,7 +209,7 @@ MUTANTS = [
 # numbers are the defaults the mutants were written against (max_grad_norm 1.0, seed 42).
 COVERING = [Options(**{name: getattr(o, name) for name in FACTORS}) for o in covering_set()]
 
-RULE_TAG = re.compile(r"\b([RSCD]\d{1,2})(?=[:/,])")
+RULE_TAG = re.compile(r"\b([RSCDT]\d{1,2})(?=[:/,])")
 
 
 @dataclass

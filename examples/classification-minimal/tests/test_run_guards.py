@@ -21,7 +21,10 @@ import task_cases
 from classification_minimal import train
 from classification_minimal.checkpoint import load_checkpoint
 from classification_minimal.config import Config
-from classification_minimal.data import load_data
+from classification_minimal.data import (
+    DataError,
+    load_data,
+)
 from classification_minimal.engine import CHECK_EVERY, NonFiniteLoss, train_one_epoch
 from classification_minimal.model import build_model
 
@@ -89,12 +92,28 @@ def test_a_huge_learning_rate_stops_the_run_with_one_line(tmp_path, capsys, seed
     assert 0 < float(found.group(6)) <= 1e6  # the rate of the epoch that diverged
     if epoch == 1:
         assert found.group(5) == "nothing was saved"
-        assert not (out / "last.pt").exists() and not (out / "best.pt").exists()
+        assert not out.exists()  # the folder the run made for its files went with it
     else:
         assert found.group(5) == f"{out / 'last.pt'} keeps epoch {epoch - 1}"
         assert finite_checkpoint(out / "last.pt")["epoch"] == epoch - 1
         finite_checkpoint(out / "best.pt")
-    assert temporaries(out) == []
+        assert temporaries(out) == []
+
+
+def test_a_run_that_fails_before_saving_removes_only_the_folders_it_made(
+    tmp_path, capsys, monkeypatch
+):
+    def unreadable(cfg):
+        raise DataError("the data cannot be read")
+
+    monkeypatch.setattr(train, "load_data", unreadable)
+    code, _, errors = train_cli(capsys, "--epochs", "1", "--out", str(tmp_path / "a" / "b" / "c"))
+    assert code == 2 and errors == ["error: the data cannot be read"]
+    assert list(tmp_path.iterdir()) == []  # a/b/c were made for this run: none is left
+    kept = tmp_path / "mine"
+    kept.mkdir()  # a folder the user made stays, empty or not
+    code, _, _ = train_cli(capsys, "--epochs", "1", "--out", str(kept / "run"))
+    assert code == 2 and list(tmp_path.iterdir()) == [kept] and list(kept.iterdir()) == []
 
 
 @pytest.mark.parametrize("seed", [7, 90])
@@ -161,15 +180,18 @@ def test_the_first_bad_step_is_named_and_the_epoch_stops_within_check_every(bad_
     data = load_data(cfg)
     model = build_model(cfg, data.input_shape, data.task.output_dim)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    features, targets = next(iter(train.Batches(data.train, 8, shuffle=False)))
-    poisoned = features.clone()
-    poisoned[0, 0] = math.nan
+    inputs, targets = next(iter(train.Batches(data.train, 8, shuffle=False)))
     taken = []
 
     def batches():
         for step in range(1, 3 * CHECK_EVERY + 1):
             taken.append(step)
-            yield (poisoned if step == bad_step else features), targets
+            yield inputs, targets
+
+    def poison(module, args, outputs):  # one step's outputs turn nan, whatever the inputs are
+        return outputs * math.nan if taken[-1] == bad_step else outputs
+
+    model.register_forward_hook(poison)
 
     with pytest.raises(NonFiniteLoss) as caught:
         train_one_epoch(model, batches(), optimizer, data.task, **epoch_settings(cfg))

@@ -213,6 +213,29 @@ def test_pickled_object_inside_a_dict_is_refused(tmp_path):
     )
 
 
+class RunsACommand:
+    """Pickles as a call to os.system: loading the file without weights_only runs it."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_built_to_run_a_command_is_refused_and_runs_nothing(tmp_path):
+    path, marker = tmp_path / "last.pt", tmp_path / "ran"
+    torch.save({"epoch": 1, "model": RunsACommand(marker)}, path)
+    name = f"{os.system.__module__}.system"  # posix.system on Linux and macOS
+    assert_refused(
+        path,
+        f"checkpoint {path} holds Python objects ({name}) other than tensors and "
+        f"plain data, so it is not a checkpoint of this project (it was written by other "
+        f"code); {HINT}",
+    )
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize(
     ("content", "kind"),
     [

@@ -122,7 +122,10 @@ def _explain_load_failure(path: Path, err: Exception) -> str:
     """One line for a file that torch.load refused; never torch's advice to allow code."""
     # A pickled class or function (a whole model saved with torch.save(model), a NumPy array,
     # an argparse.Namespace, ...) needs code to load; weights_only refuses it, and so do we.
-    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    # torch names the global either way: "Unsupported global: GLOBAL m.f" for a module it
+    # allows to be named, "unsupported GLOBAL m.f whose module m is blocked" for os, subprocess,
+    # builtins and the like (a pickle built to run a command when loaded).
+    found = re.search(r"[Uu]nsupported (?:global: )?GLOBAL (\S+)", str(err))
     if found:
         return (
             f"checkpoint {path} holds Python objects ({found.group(1)}) other than tensors and "

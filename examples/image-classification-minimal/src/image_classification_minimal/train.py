@@ -473,6 +473,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove the folders that --out needed and the run made, deepest first, while empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # something was written there (or the folder is gone): it stays
+            return
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     flags = ("epochs", "device", "out", "seed", *DATA_FLAGS)
@@ -492,7 +501,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.print_config:
             print(dump_config(cfg), end="")
             return 0
-        result = fit(cfg, checkpoint, args.resume, overwrite=args.overwrite)
+        out = Path(cfg.out)
+        created = [folder for folder in (out, *out.parents) if not folder.exists()]
+        try:
+            result = fit(cfg, checkpoint, args.resume, overwrite=args.overwrite)
+        except BaseException:
+            remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
+            raise
     except (ConfigError, DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT

@@ -40,3 +40,36 @@ def test_quick_benchmark_writes_a_table_and_a_chart(tmp_path):
     assert "| ratio scaffold new / copier copy |" in table and "| scaffold --help |" in table
     assert "torch " in table.splitlines()[2]  # the machine line names torch and its threads
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_benchmark_text_rows(tmp_path):
+    """The text task's module: a floor over the same padded batches, the unbucketed generated
+    loop and the pad-per-batch textbook loader, with padding shares; long-tailed timings."""
+    result = run(
+        [
+            PYTHON,
+            "benchmarks/run.py",
+            "--quick",
+            "--tasks",
+            "text-classification",
+            "--out",
+            str(tmp_path),
+        ],
+        REPO,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "results.md").read_text()
+    group = r"\| text-classification default \| "
+    assert re.search(group + r"\(a\) floor \| 1\.00 \(", table), table
+    unbucketed = re.search(
+        group + r"\(b\) generated, unbucketed \(bucket_batches 1: (\d+)% padding, "
+        r"bucketed 50: (\d+)% padding\) \| \d+\.\d\d \(",
+        table,
+    )
+    assert unbucketed, table
+    assert int(unbucketed[1]) > int(unbucketed[2])  # bucketing pads less
+    assert re.search(group + r"\(c\) textbook DataLoader, pad_sequence per batch .*\| \d", table)
+    for row in ("epoch, floor over the same", "epoch, generated, bucketed (", "unbucketed ("):
+        assert re.search(group + r".*" + re.escape(row) + r".*\| \d+\.\d\d \(", table), row
+    assert "long-tailed documents (lognormal lengths" in table

@@ -10,7 +10,16 @@ CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
 
 def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
     rules = {m.rule for m in MUTANTS}
-    assert rules == {f"R{i}" for i in range(1, 14)} | {"S1", "D2", "D5", "D6"}
+    assert rules == {f"R{i}" for i in range(1, 14)} | {
+        "S1",
+        "S2",
+        "D2",
+        "D5",
+        "D6",
+        "T1",
+        "T2",
+        "T3",
+    }
     for mutant in MUTANTS:
         assert any(mutant.applies(o) for o in COVERING), mutant.bug
     # Each switch that changes how rules are written is seen both on and off.

@@ -500,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             "# Equivalents table\n\nEach row is a correct rewrite of the generated training "
             "loop, one a user might make. Each one trains\nexactly as the generated code does "
             "(checked: a short CPU run ends with bit-identical weights),\nso every loop test "
-            "(contract, reproducibility, training, overfit) must still pass. A cell\nnames each "
+            "that judges a rule (contract, reproducibility) must still pass. A cell\nnames each "
             "failing test and the first line of its message. Regenerate with\n"
             "`python -m tests.equivalents --out docs/equivalents-table.md`.\n\n"
         )

@@ -26,7 +26,10 @@ SIZES = {
 
 def write_folder(project, data, root: Path) -> Path:
     """The training split's images as PNG files, one folder per class: the images the
-    generated loop trains on in memory, as a user's folder would hold them."""
+    generated loop trains on in memory, as a user's folder would hold them. Written once per
+    size: loops() and timings() read the same folder."""
+    if root.is_dir():
+        return root
     split = data.train
     images = split.images.permute(0, 2, 3, 1).contiguous().numpy()  # (n, h, w, c) uint8
     for i, (pixels, label) in enumerate(zip(images, split.targets.tolist(), strict=True)):
@@ -122,7 +125,7 @@ def loops(project, cfg, data, tmp: Path) -> dict:
 def timings(project, cfg, data, tmp: Path, repetitions: int) -> list[tuple[str, list[float]]]:
     """Seconds to read the folder of PNG files: decoded (first run) and from the cache."""
     images = importlib.import_module(f"{project.package}.images")
-    folder = write_folder(project, data, tmp / f"timed-folder-{cfg.n_samples}")
+    folder = write_folder(project, data, tmp / f"folder-{cfg.n_samples}")
     count = len(data.train)
     settings = {
         "image_size": cfg.image_size,

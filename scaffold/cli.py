@@ -230,6 +230,10 @@ def new(
         typer.Option("--early-stopping/--no-early-stopping", help=_help("early_stopping")),
     ] = None,
     patience: Annotated[int | None, typer.Option(help=_help("patience"))] = None,
+    distributed: Annotated[
+        bool | None,
+        typer.Option("--distributed/--no-distributed", help=_help("distributed")),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help=_help("seed"))] = None,
     defaults: Annotated[
         bool,
@@ -281,6 +285,7 @@ def new(
         "max_grad_norm": max_grad_norm,
         "early_stopping": early_stopping,
         "patience": patience,
+        "distributed": distributed,
         "seed": seed,
     }
     _placed.clear()  # an earlier call in this process (a test run) placed its own project

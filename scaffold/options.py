@@ -171,6 +171,8 @@ class _Checks:
             parts.append(f"clipping (max norm {self.max_grad_norm})")
         if self.early_stopping:
             parts.append(f"early stopping (patience {self.patience})")
+        if self.distributed:
+            parts.append("distributed (torchrun)")
         return ", ".join(parts)
 
 

@@ -46,7 +46,8 @@ def _numbers(index: int, scheduler: str) -> dict:
 
 
 # The options that shape the loop: every question with choices (the task, the scheduler) and
-# every switch (AMP, clipping, early stopping), in copier.yml's order, with their values.
+# every switch (AMP, clipping, early stopping, distributed), in copier.yml's order, with their
+# values.
 # Read from the option definitions, so a new task or switch joins every product below.
 FACTORS = {
     name: q.choices if q.choices else (False, True)
@@ -85,7 +86,7 @@ def task_ids(tasks) -> dict[str, str]:
 
 TASK_IDS = task_ids(TASKS)
 # How a switch reads in an id, on and off. Others read as their initials, e.g. es / noes.
-SWITCH_WORDS = {"amp": ("amp", "fp32")}
+SWITCH_WORDS = {"amp": ("amp", "fp32"), "distributed": ("ddp", "noddp")}
 
 
 def combo_id(options: Options) -> str:
@@ -109,8 +110,10 @@ def covering_set(options_list=None, factors=None) -> list:
 
     Greedy and deterministic: each step takes the option set that covers the most pairs not
     covered yet, the first in the list on a tie, so the defaults come first. Only pairs that
-    occur in options_list are asked for. On the full product it finds 6 sets for 2 or 3
-    tasks and 8 for 4, the fewest possible (tests/test_render.py checks).
+    occur in options_list are asked for. With five loop factors (task, scheduler, AMP,
+    clipping, early stopping) it finds 6 sets for 2 or 3 tasks and 8 for 4, the fewest
+    possible (tests/test_render.py checks); the full product, with distributed as a sixth
+    switch and 4 tasks, gets 8 (tasks x schedulers, again the fewest possible).
     """
     options_list = COMBOS if options_list is None else list(options_list)
     names = list(FACTORS if factors is None else factors)

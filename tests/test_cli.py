@@ -38,6 +38,16 @@ def test_non_interactive_run_renders_the_given_options(tmp_path):
     assert (dest / "src" / "demo_proj" / "engine.py").is_file()
 
 
+def test_distributed_flag_is_recorded_and_reported(tmp_path):
+    dest = tmp_path / "ddp-proj"
+    result = invoke("new", str(dest), "-y", "--distributed", "--no-smoke")
+    assert result.exit_code == 0, result.output
+    assert answers(dest, "distributed") == (True,)
+    assert "Created ddp-proj: classification, cosine scheduler, distributed (torchrun)" in (
+        result.output
+    )
+
+
 def test_without_a_terminal_defaults_are_taken_and_nothing_waits(tmp_path):
     # CliRunner's stdin is not a terminal: no prompt may be shown, even without -y.
     result = invoke("new", str(tmp_path / "plain"), "--no-smoke", input="")
@@ -49,21 +59,24 @@ def test_without_a_terminal_defaults_are_taken_and_nothing_waits(tmp_path):
 
 def test_interactive_run_asks_each_question(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
-    # task, scheduler, plateau patience, amp, clip, max grad norm, early stopping, patience, seed
-    typed = "regression\nplateau\n3\ny\ny\n2.5\ny\n6\n7\n"
+    # task, scheduler, plateau patience, amp, clip, max grad norm, early stopping, patience,
+    # distributed, seed
+    typed = "regression\nplateau\n3\ny\ny\n2.5\ny\n6\ny\n7\n"
     result = invoke("new", str(tmp_path / "asked"), "--no-smoke", input=typed)
     assert result.exit_code == 0, result.output
     asked = tmp_path / "asked"
     assert answers(asked, "task", "scheduler", "plateau_patience") == ("regression", "plateau", 3)
     assert answers(asked, "amp", "clip", "max_grad_norm") == (True, True, 2.5)
     assert answers(asked, "early_stopping", "patience", "seed") == (True, 6, 7)
+    assert answers(asked, "distributed") == (True,)
     assert "What the model predicts" in result.output  # each question comes with its explanation
 
 
 def test_interactive_run_asks_again_for_an_invalid_patience(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
-    # task, scheduler, plateau patience 6, amp, clip, early stopping, patience 4 (refused), 8, seed
-    typed = "classification\nplateau\n6\nn\nn\ny\n4\n8\n\n"
+    # task, scheduler, plateau patience 6, amp, clip, early stopping, patience 4 (refused), 8,
+    # distributed, seed
+    typed = "classification\nplateau\n6\nn\nn\ny\n4\n8\n\n\n"
     result = invoke("new", str(tmp_path / "again"), "--no-smoke", input=typed)
     assert result.exit_code == 0, result.output
     assert "  must be larger than the plateau patience (6), or training stops" in result.output
@@ -73,7 +86,7 @@ def test_interactive_run_asks_again_for_an_invalid_patience(tmp_path, monkeypatc
 
 def test_interactive_run_skips_questions_answered_by_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
-    typed = "n\nn\n\n"  # amp, clip, seed (Enter takes the default)
+    typed = "n\nn\nn\n\n"  # amp, clip, distributed, seed (Enter takes the default)
     result = invoke(
         "new", str(tmp_path / "half"), "--task", "classification", "--scheduler", "cosine",
         "--early-stopping", "--patience", "3", "--no-smoke", input=typed,
@@ -81,6 +94,7 @@ def test_interactive_run_skips_questions_answered_by_flags(tmp_path, monkeypatch
     assert result.exit_code == 0, result.output
     got = answers(tmp_path / "half", "amp", "clip", "early_stopping", "patience", "seed")
     assert got == (False, False, True, 3, 42)
+    assert answers(tmp_path / "half", "distributed") == (False,)
 
 
 @pytest.mark.parametrize(

@@ -137,7 +137,7 @@ def test_boundary_values_are_accepted(options):
 
 
 def test_answers_carry_follow_up_values_only_when_switched_on():
-    basic = {"task", "scheduler", "amp", "clip", "early_stopping", "seed"}
+    basic = {"task", "scheduler", "amp", "clip", "early_stopping", "distributed", "seed"}
     assert set(Options().answers()) == basic
     full = Options(scheduler="plateau", clip=True, early_stopping=True).answers()
     assert set(full) == basic | {"plateau_patience", "max_grad_norm", "patience"}

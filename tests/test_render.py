@@ -70,7 +70,7 @@ def test_combinations_are_the_product_of_every_choice_and_switch():
     # each yes/no question, multiplies the combinations.
     shaping = [q for q in OPTIONS.values() if q.choices or q.type is bool]
     assert [q.name for q in shaping] == list(FACTORS)
-    assert {"task", "scheduler", "amp", "clip", "early_stopping"} <= set(FACTORS)
+    assert {"task", "scheduler", "amp", "clip", "early_stopping", "distributed"} <= set(FACTORS)
     assert TASKS == OPTIONS["task"].choices and len(TASKS) >= 2
     assert len(COMBOS) == math.prod(len(q.choices or (False, True)) for q in shaping)
     assert len({factor_values(o) for o in COMBOS}) == len(COMBOS)
@@ -85,7 +85,7 @@ def test_combo_ids_are_unique_and_make_valid_package_names():
     assert TASK_IDS["classification"] == "cla" and TASK_IDS["regression"] == "reg"
     ids = [combo_id(o) for o in COMBOS]
     assert len(set(ids)) == len(ids)
-    assert ids[0] == "cla-cosine-fp32-noclip-noes"
+    assert ids[0] == "cla-cosine-fp32-noclip-noes-noddp"
     for options, name in zip(COMBOS, ids, strict=True):
         assert len(name.split("-")) == len(FACTORS), name
         assert re.fullmatch(r"proj_[a-z0-9_]+", package_of(options)), name  # or UsageError

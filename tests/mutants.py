@@ -103,6 +103,27 @@ def _fp32(o: Options) -> bool:
     return not o.amp
 
 
+def _ddp(o: Options) -> bool:
+    return o.distributed
+
+
+def _one(o: Options) -> bool:
+    return not o.distributed
+
+
+# The distributed rules' mutants run the two tests of tests/test_distributed.py that catch
+# them: the sharding checks (in-process) and the 2-process run against 1 process (one launch).
+_SHARDING_TESTS = (
+    "tests/test_distributed.py::test_M1_every_sample_once_per_epoch_and_a_new_order_each_epoch",
+)
+_LAUNCH_TESTS = ("tests/test_distributed.py::test_two_processes_end_where_one_process_ends",)
+_DECISION_TESTS = (
+    *_LAUNCH_TESTS,
+    "tests/test_distributed.py::test_M4_decisions_are_taken_together_on_the_summed_validation_loss",
+)
+_TABULAR_OR_IMAGES = lambda o: o.distributed and o.task != "text-classification"  # noqa: E731
+
+
 MUTANTS = [
     Mutant("R1", "optimizer built before model.to(device)", "train.py",
            (Edit("move_after", "model.to(device)", "optimizer = build_optimizer(model, cfg)"),)),
@@ -126,7 +147,11 @@ MUTANTS = [
     Mutant("R5", "optimizer.step bypasses the scaler", "engine.py",
            (Edit("replace", "scaler.step(optimizer)", "optimizer.step()"),), _amp),
     Mutant("R5", "backward on the unscaled loss", "engine.py",
-           (Edit("replace", "scaler.scale(loss).backward()", "loss.backward()"),), _amp),
+           (Edit("replace", "scaler.scale(loss).backward()", "loss.backward()"),),
+           lambda o: o.amp and not o.distributed),
+    Mutant("R5", "backward on the unscaled loss", "engine.py",
+           (Edit("replace", "scaler.scale(loss * loss_share(", "(loss * loss_share("),),
+           lambda o: o.amp and o.distributed),
     Mutant("R5", "scaler.update never called", "engine.py",
            (Edit("delete", "scaler.update()"),), _amp),
     Mutant("R6", "backward inside autocast", "engine.py",
@@ -155,7 +180,10 @@ MUTANTS = [
            (Edit("replace", "losses.append(loss.detach())", "losses.append(loss)"),)),
     Mutant("R12", "training loss averaged per batch", "engine.py",
            (Edit("replace", "(per_step * weights).sum().item() / sum(sizes)",
-                 "per_step.mean().item()"),)),
+                 "per_step.mean().item()"),), _one),
+    Mutant("R12", "training loss averaged per batch", "engine.py",
+           (Edit("replace", "torch.stack([(per_step * weights).sum(), weights.sum()])",
+                 "torch.stack([per_step.sum(), torch.ones_like(weights).sum()])"),), _ddp),
     Mutant("R12", "validation metrics averaged per batch", "engine.py",
            (Edit("replace", 'stats["loss"] = loss.detach() * n', 'stats["loss"] = loss.detach()'),
             Edit("replace", "self.count += n", "self.count += 1"))),
@@ -188,6 +216,44 @@ MUTANTS = [
            (Edit("replace", "manual_seed(int(batches.generator.initial_seed()) + 1)",
                  "manual_seed(1)"),),
            _images, _STREAMING_TESTS),
+    # The distributed rules (torchrun), caught by tests/test_distributed.py.
+    Mutant("M1", "the same batch order every epoch (no set_epoch)", "data.py",
+           (Edit("replace", "torch.randperm(n, generator=self.generator) if draw",
+                 "torch.randperm(n, generator=torch.Generator().manual_seed(0)) if draw"),),
+           _TABULAR_OR_IMAGES, _SHARDING_TESTS),
+    Mutant("M1", "the same batch order every epoch (no set_epoch)", "data.py",
+           (Edit("replace", "order = torch.randperm(len(self.lengths), generator=self.generator)",
+                 "order = torch.randperm(len(self.lengths), "
+                 "generator=torch.Generator().manual_seed(0))"),),
+           lambda o: o.distributed and o.task == "text-classification", _SHARDING_TESTS),
+    Mutant("M1", "uneven shards padded by repeating samples", "distributed.py",
+           (Edit("replace", "    return [index[ctx.rank :: ctx.world_size] for index in batches]",
+                 "    return [torch.cat([index, index[: -len(index) % ctx.world_size]])"
+                 "[ctx.rank :: ctx.world_size] for index in batches]"),),
+           _ddp, _SHARDING_TESTS),
+    Mutant("M2", "mean loss of each rank's part, unweighted", "engine.py",
+           (Edit("replace", "(loss * loss_share(batches, step, len(targets))).backward()",
+                 "loss.backward()"),), lambda o: o.distributed and not o.amp, _LAUNCH_TESTS),
+    Mutant("M3", "validation padded by repeating samples (DistributedSampler)", "distributed.py",
+           (Edit("replace", "    return order[ctx.rank :: ctx.world_size]",
+                 "    return torch.cat([order, order[: -len(order) % ctx.world_size]])"
+                 "[ctx.rank :: ctx.world_size]"),), _ddp, _SHARDING_TESTS),
+    Mutant("M3", "validation metrics not summed over ranks", "engine.py",
+           (Edit("replace", "values = sum_over_ranks(torch.stack([*sums, count])).tolist()",
+                 "values = torch.stack([*sums, count]).tolist()"),), _ddp, _DECISION_TESTS),
+    Mutant("M4", "decisions on each rank's own validation loss", "engine.py",
+           (Edit("replace", 'metrics = {"loss": totals.pop("loss") / count}',
+                 'totals.pop("loss")\n'
+                 '        metrics = {"loss": self.totals["loss"].item() / self.count}'),),
+           _ddp, _DECISION_TESTS),
+    Mutant("M5", "every rank writes the checkpoints", "train.py",
+           (Edit("replace", "            if ctx.is_main:\n                save_checkpoint(",
+                 "            if True:\n                save_checkpoint("),), _ddp, _LAUNCH_TESTS),
+    Mutant("M5", "the DDP wrapper's state saved (module. prefix)", "train.py",
+           (Edit("replace", '"model": model.state_dict(),', '"model": trainer.state_dict(),'),),
+           _ddp, _LAUNCH_TESTS),
+    Mutant("M5", "no barrier before the checkpoints are read", "train.py",
+           (Edit("delete", "    barrier()"),), _ddp, _LAUNCH_TESTS),
     # The text task's rules, caught by its own tests/test_data.py.
     Mutant("T1", "vocabulary built from training and validation documents", "data.py",
            (Edit("replace", "Vocabulary.build(texts, cfg.vocab_size",
@@ -209,7 +275,7 @@ MUTANTS = [
 # numbers are the defaults the mutants were written against (max_grad_norm 1.0, seed 42).
 COVERING = [Options(**{name: getattr(o, name) for name in FACTORS}) for o in covering_set()]
 
-RULE_TAG = re.compile(r"\b([RSCDT]\d{1,2})(?=[:/,])")
+RULE_TAG = re.compile(r"\b([RSCDTM]\d{1,2})(?=[:/,])")
 
 
 @dataclass

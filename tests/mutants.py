@@ -111,10 +111,14 @@ def _one(o: Options) -> bool:
     return not o.distributed
 
 
-# The distributed rules' mutants run the two tests of tests/test_distributed.py that catch
-# them: the sharding checks (in-process) and the 2-process run against 1 process (one launch).
+# The distributed rules' mutants run the tests of tests/test_distributed.py that catch them:
+# the sharding and loss-weight checks (in-process), the 2-process run (one launch, against the
+# whole validation split and one process) and the decisions taken together (one launch).
 _SHARDING_TESTS = (
     "tests/test_distributed.py::test_M1_every_sample_once_per_epoch_and_a_new_order_each_epoch",
+)
+_WEIGHT_TESTS = (
+    "tests/test_distributed.py::test_M2_each_rank_weights_its_loss_by_its_part_of_the_global_batch",
 )
 _LAUNCH_TESTS = ("tests/test_distributed.py::test_two_processes_end_where_one_process_ends",)
 _DECISION_TESTS = (
@@ -233,7 +237,10 @@ MUTANTS = [
            _ddp, _SHARDING_TESTS),
     Mutant("M2", "mean loss of each rank's part, unweighted", "engine.py",
            (Edit("replace", "(loss * loss_share(batches, step, len(targets))).backward()",
-                 "loss.backward()"),), lambda o: o.distributed and not o.amp, _LAUNCH_TESTS),
+                 "loss.backward()"),), lambda o: o.distributed and not o.amp, _WEIGHT_TESTS),
+    Mutant("M2", "mean loss of each rank's part, unweighted", "engine.py",
+           (Edit("replace", "scaler.scale(loss * loss_share(batches, step, len(targets)))",
+                 "scaler.scale(loss)"),), lambda o: o.distributed and o.amp, _WEIGHT_TESTS),
     Mutant("M3", "validation padded by repeating samples (DistributedSampler)", "distributed.py",
            (Edit("replace", "    return order[ctx.rank :: ctx.world_size]",
                  "    return torch.cat([order, order[: -len(order) % ctx.world_size]])"

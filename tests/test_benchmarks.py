@@ -56,3 +56,20 @@ def test_quick_benchmark_writes_a_table_and_a_chart(tmp_path):
     for row in ("epoch, floor over the same", "epoch, generated, bucketed (", "unbucketed ("):
         assert re.search(group + r".*" + re.escape(row) + r".*\| \d+\.\d\d \(", table), row
     assert "long-tailed documents (lognormal lengths" in table
+
+
+def test_quick_distributed_benchmark_writes_its_table(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/distributed.py", "--quick", "--out", str(tmp_path)],
+        REPO,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "distributed.md").read_text()
+    for row in (
+        "distributed project, python -m (no torchrun), 1 thread: speed / plain 1 thread",
+        "distributed project, torchrun 1 process: speed / plain 1 thread",
+        "distributed project, torchrun 2 processes (gloo): speed / plain 1 thread",
+        "torchrun 2 processes: speed / plain ",
+    ):
+        assert re.search(rf"\| default \| {re.escape(row)}.* \| \d+\.\d\d \(", table), row

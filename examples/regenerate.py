@@ -22,6 +22,7 @@ NAMED = {
     "classification-minimal": Options(),
     "classification-full": Options(scheduler="plateau", amp=True, clip=True, early_stopping=True),
     "regression-cosine-clip": Options(task="regression", clip=True),
+    "classification-distributed": Options(distributed=True, early_stopping=True),
 }
 
 

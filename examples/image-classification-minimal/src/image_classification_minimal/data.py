@@ -221,6 +221,7 @@ class Batches:
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.generator = torch.Generator().manual_seed(seed)
+        self.augment_generator = self.generator
 
     def batch_indices(self) -> list[torch.Tensor]:
         """The sample indices of each batch of one epoch (drawn now, for a training epoch)."""
@@ -271,5 +272,5 @@ class Batches:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for images, targets in self._uint8_batches():
             if self.shuffle:
-                images = crop_and_flip(images, self.crop_padding, self.flip, self.generator)
+                images = crop_and_flip(images, self.crop_padding, self.flip, self.augment_generator)
             yield normalize(images, self.mean, self.std), targets

@@ -1,0 +1,145 @@
+"""Checkpoints: plain dicts, written atomically, loaded without unpickling code."""
+
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+
+# write_atomically's temporary files are ".<name>.<8 random characters>.tmp" (tempfile.mkstemp)
+# for checkpoints and metrics.csv; remove_stale_temporaries recognises exactly these.
+TEMPORARY_SUFFIX = ".tmp"
+TEMPORARY_NAME = re.compile(r"\.(?:.+\.pt|metrics\.csv)\.[a-z0-9_]{8}\.tmp")
+# torch writes zip archives: a file that starts like one but fails to load was cut short.
+ZIP_MAGIC = b"PK\x03\x04"
+TRAINING_RUN_HINT = "give a last.pt or best.pt written by this project's training"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message names the file and what to do."""
+
+
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], None], fsync: bool = True):
+    """Write through `write` to a temporary file, then rename it to `path`: a crash never leaves
+    half a file and never destroys the previous one (C2)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The temporary file sits in the same folder: os.replace is atomic only within one filesystem.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename makes it visible
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(state: dict, path: str | Path) -> None:
+    """Write `state` to `path` atomically and durably (C2)."""
+    write_atomically(path, lambda f: torch.save(state, f))
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Delete what write_atomically left in `folder` when a run was killed mid-write.
+
+    Only files named like save_checkpoint's own temporaries go; anything else stays. Call it
+    before a run writes to the folder, never while another run may be saving there.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for path in sorted(folder.iterdir()):
+        if TEMPORARY_NAME.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """Load a checkpoint; weights_only refuses pickled code from an untrusted file (C3).
+
+    Every way the file can be unusable raises CheckpointError with one line saying what to do.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist; {TRAINING_RUN_HINT}")
+    if path.is_dir():
+        raise CheckpointError(
+            f"checkpoint {path} is a folder; give a file in it, e.g. {path / 'last.pt'}"
+        )
+    if not path.is_file():  # a pipe or a device would block or never end
+        raise CheckpointError(f"checkpoint {path} is not a regular file; {TRAINING_RUN_HINT}")
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        fix = "check its permissions" if isinstance(err, PermissionError) else "check the disk"
+        raise CheckpointError(f"cannot read checkpoint {path}: {err.strerror}; {fix}") from None
+    with f, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            checkpoint = torch.load(f, map_location=map_location, weights_only=True)
+        except Exception as err:  # torch reports a damaged file with many exception types
+            raise CheckpointError(_explain_load_failure(path, err)) from None
+    for warning in caught:  # a failed load's warnings are replaced by its error; keep the rest
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if not isinstance(checkpoint, dict):
+        if isinstance(checkpoint, torch.Tensor):
+            kind = "a bare tensor"
+        else:
+            kind = f"a value of type {type(checkpoint).__name__}"
+        raise CheckpointError(
+            f"checkpoint {path} holds {kind}, not a checkpoint dict; {TRAINING_RUN_HINT}"
+        )
+    return checkpoint
+
+
+def require_keys(checkpoint: dict, keys, path: str | Path) -> None:
+    """Raise CheckpointError naming every key in `keys` that `checkpoint` lacks."""
+    missing = [key for key in keys if key not in checkpoint]
+    if not missing:
+        return
+    if checkpoint and all(isinstance(value, torch.Tensor) for value in checkpoint.values()):
+        raise CheckpointError(
+            f"checkpoint {path} holds only a state_dict (model weights), not a training "
+            f"checkpoint; {TRAINING_RUN_HINT}"
+        )
+    raise CheckpointError(
+        f"checkpoint {path} lacks {', '.join(map(repr, missing))}: it was written by other code "
+        f"or another version of this project; {TRAINING_RUN_HINT}"
+    )
+
+
+def _explain_load_failure(path: Path, err: Exception) -> str:
+    """One line for a file that torch.load refused; never torch's advice to allow code."""
+    # A pickled class or function (a whole model saved with torch.save(model), a NumPy array,
+    # an argparse.Namespace, ...) needs code to load; weights_only refuses it, and so do we.
+    # torch names the global either way: "Unsupported global: GLOBAL m.f" for a module it
+    # allows to be named, "unsupported GLOBAL m.f whose module m is blocked" for os, subprocess,
+    # builtins and the like (a pickle built to run a command when loaded).
+    found = re.search(r"[Uu]nsupported (?:global: )?GLOBAL (\S+)", str(err))
+    if found:
+        return (
+            f"checkpoint {path} holds Python objects ({found.group(1)}) other than tensors and "
+            f"plain data, so it is not a checkpoint of this project (it was written by other "
+            f"code); {TRAINING_RUN_HINT}"
+        )
+    size = path.stat().st_size
+    if size == 0:
+        return f"checkpoint {path} is empty; {TRAINING_RUN_HINT}"
+    with open(path, "rb") as f:
+        head = f.read(len(ZIP_MAGIC))
+    if ZIP_MAGIC.startswith(head):  # also a file cut inside the magic number itself
+        return (
+            f"checkpoint {path} is truncated or damaged ({size} bytes); "
+            f"use another copy or checkpoint (e.g. best.pt), or train again"
+        )
+    return f"checkpoint {path} is not a torch checkpoint file ({size} bytes); {TRAINING_RUN_HINT}"

@@ -1,0 +1,225 @@
+"""Data-parallel training: the process group, each rank's share of the data, and shared sums."""
+
+import gc
+import os
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this process stands: rank 0 of 1 when started without torchrun."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes files and prints progress (M5)."""
+        return self.rank == 0
+
+    @property
+    def launched(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+
+ONE_PROCESS = Context()  # a run without torchrun
+
+
+def start(device: torch.device, timeout_s: float) -> tuple[Context, torch.device]:
+    """Join the process group that torchrun set up; a plain `python -m` run stays one process.
+
+    On CUDA each process takes the GPU numbered by its LOCAL_RANK and talks over NCCL; on the
+    CPU over gloo. A collective that waits longer than `timeout_s` (a rank crashed, or took
+    another branch) raises instead of hanging (M8).
+    """
+    if "WORLD_SIZE" not in os.environ:
+        return ONE_PROCESS, device
+    ctx = Context(
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+    )
+    if device.type == "cuda":
+        device = torch.device("cuda", ctx.local_rank)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend="nccl" if device.type == "cuda" else "gloo",
+            timeout=timedelta(seconds=timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
+    return ctx, device
+
+
+def stop(ok: bool) -> None:
+    """Leave the process group on every exit path, after the DDP wrapper is gone.
+
+    A wrapper still alive when the group is destroyed made 10-50% of good runs abort at exit
+    (measured with gloo): its last references are collected first, and after a good run every
+    rank waits for the others, so none tears the group down under a rank still finishing.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    if ok:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def seed_rank(seed: int, rank: int, epoch: int = 0) -> None:
+    """Give rank > 0 its own random streams (dropout, augmentation), derived from the seed.
+
+    Every rank builds the model from the same seed first, so the weights start equal (DDP also
+    broadcasts rank 0's); after that, equal streams would drop the same units and draw the same
+    crops on every rank. Rank 0 keeps the seed's own streams, so one process trains exactly as
+    the project does without torchrun.
+    """
+    if rank == 0:
+        return
+    derived = int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0])
+    random.seed(derived)
+    np.random.seed(derived)
+    torch.manual_seed(derived)  # the CPU and every CUDA device
+
+
+def even_out(batches: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
+    """The global batches of an epoch, each with at least one sample per rank.
+
+    A batch smaller than the number of ranks (the last one, or the end of a length bucket)
+    joins the batch before it: no rank may sit out a step, since every backward waits for all
+    ranks, and an empty part would give a NaN loss.
+    """
+    if ctx.world_size == 1:
+        return batches
+    merged: list[torch.Tensor] = []
+    for index in batches:
+        if merged and (len(index) < ctx.world_size or len(merged[-1]) < ctx.world_size):
+            merged[-1] = torch.cat([merged[-1], index])
+        else:
+            merged.append(index)
+    return merged
+
+
+def shard_training(batches: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
+    """This rank's part of each global batch of sample indices: every world_size-th one (M1).
+
+    Every rank draws the same permutation (one seeded generator, the same draws), so the parts
+    are disjoint and together hold every sample once per epoch: nothing is repeated to even out
+    the shards. Parts differ in size by at most one sample; average_by_samples makes the
+    update exact all the same (M2).
+    """
+    return [index[ctx.rank :: ctx.world_size] for index in batches]
+
+
+def shard_validation(order: torch.Tensor, ctx: Context) -> torch.Tensor:
+    """This rank's samples of a validation pass: each sample on exactly one rank (M3).
+
+    A DistributedSampler would repeat samples to give every rank the same count, and count
+    them twice in the metrics; here ranks may take different numbers of batches, which
+    is safe because validation never calls the DDP wrapper.
+    """
+    return order[ctx.rank :: ctx.world_size]
+
+
+class SampleCount:
+    """The number of samples in the model's last forward pass: the first input's length."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def record(self, module: torch.nn.Module, inputs: tuple) -> None:
+        self.last = len(inputs[0])
+
+
+def average_by_samples(trainer: DistributedDataParallel) -> None:
+    """Make DDP's gradient exchange give the gradient of the mean loss over the global batch.
+
+    DDP's own exchange averages the ranks' gradients: the mean of each rank's mean loss, which
+    is the mean over the global batch only when every rank's part has the same size. Here each
+    rank's gradient is weighted by its number of samples, and the sum is divided by the total,
+    sent in the same exchange: exactly what one process computes on the whole batch (M2),
+    whatever the sizes of the parts, and whatever the training loop looks like.
+    """
+    count = SampleCount()
+    trainer.module.register_forward_pre_hook(count.record)
+    trainer.register_comm_hook(count, _sample_weighted_sum)
+
+
+def _sample_weighted_sum(
+    count: SampleCount, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:  # DDP checks this annotation
+    gradients = bucket.buffer()
+    packed = torch.cat([gradients * count.last, gradients.new_tensor([count.last])])
+    sent = dist.all_reduce(packed, async_op=True).get_future()
+
+    def unpack(future: torch.futures.Future) -> torch.Tensor:
+        total = future.value()[0]
+        return total[:-1] / total[-1]
+
+    return sent.then(unpack)
+
+
+def sum_over_ranks(values: torch.Tensor) -> torch.Tensor:
+    """The element-wise sum of `values` over all ranks (itself in one process); one collective.
+
+    Metrics are sums and counts added over ranks, then divided (M3): a mean of per-rank means
+    weighs a rank's samples by how many the rank had.
+    """
+    if dist.is_available() and dist.is_initialized():
+        values = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def sync_buffers(model: torch.nn.Module) -> None:
+    """Copy rank 0's buffers (BatchNorm's running statistics) to every rank.
+
+    Each rank's last training step updated them from its own part of the batch; validation
+    and the checkpoint must use one set, the one rank 0 saves.
+    """
+    if dist.is_available() and dist.is_initialized():
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
+
+
+def gather(obj) -> list:
+    """`obj` from every rank, in rank order ([obj] in one process)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    objects = [None] * dist.get_world_size()
+    dist.all_gather_object(objects, obj)
+    return objects
+
+
+def barrier() -> None:
+    """Wait until every rank gets here (nothing to wait for in one process)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def share_outcome(ctx: Context, action) -> None:
+    """Run `action` on rank 0 only, and raise its error on every rank.
+
+    Rank 0 alone prepares the output folder; a refusal there must stop the other ranks too,
+    at once, rather than leave them waiting for rank 0 until the timeout.
+    """
+    error = None
+    if ctx.is_main:
+        try:
+            action()
+        except Exception as err:  # sent to every rank, raised on each below
+            error = err
+    if ctx.world_size > 1:
+        sent = [error]
+        dist.broadcast_object_list(sent, src=0)
+        error = sent[0]
+    if error is not None:
+        raise error

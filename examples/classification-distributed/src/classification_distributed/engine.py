@@ -1,0 +1,111 @@
+"""One training epoch and one validation pass: the code whose order matters."""
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from .distributed import sum_over_ranks
+
+# A diverged run stops within this many steps instead of at the end of a long epoch. Reading
+# one loss this rarely costs nothing measurable; reading every step's would wait for the device
+# at each step (R11).
+CHECK_EVERY = 100
+
+
+class NonFiniteLoss(ArithmeticError):
+    """A loss of inf or nan; `step` is the 1-based training step within the epoch, if any."""
+
+    def __init__(self, phase: str, value: float, step: int | None = None, what="loss") -> None:
+        super().__init__(f"{phase} {what} is {value}")
+        self.value, self.step = value, step
+
+
+class EpochSums:
+    """Per-sample sums of the loss and the task's statistics, kept on the device (R11, R12)."""
+
+    def __init__(self, task) -> None:
+        self.task = task
+        self.totals: dict[str, torch.Tensor] = {}
+        self.count = 0
+
+    def add(self, loss: torch.Tensor, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+        n = len(targets)
+        stats = self.task.batch_stats(outputs.detach(), targets)
+        # R11: detached, so the graph is freed; R12: weighted by the batch's size.
+        stats["loss"] = loss.detach() * n
+        for key, value in stats.items():
+            self.totals[key] = self.totals[key] + value if key in self.totals else value
+        self.count += n
+
+    def compute(self) -> dict[str, float]:
+        """Per-sample means as Python floats, read from the device once per epoch."""
+        keys = list(self.totals)
+        # M3: sums and counts of every rank added first, then divided: one collective.
+        sums = [self.totals[key].double() for key in keys]
+        count = torch.tensor(float(self.count), dtype=torch.float64, device=sums[0].device)
+        values = sum_over_ranks(torch.stack([*sums, count])).tolist()
+        count = int(values.pop())
+        totals = dict(zip(keys, values, strict=True))
+        metrics = {"loss": totals.pop("loss") / count}
+        metrics.update(self.task.epoch_metrics(totals, count))
+        return metrics
+
+
+def train_one_epoch(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    task,
+) -> dict[str, float]:
+    """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss.
+
+    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan.
+    """
+    model.train()  # R9: evaluate() left the model in eval mode
+    losses, sizes = [], []
+    for inputs, targets in batches:
+        optimizer.zero_grad(set_to_none=True)  # R2: drop the last step's gradients before backward
+        outputs = model(inputs)
+        loss = task.loss(outputs, targets)
+        loss.backward()
+        optimizer.step()  # R3: update with this batch's gradients
+        # R11: detached, so no graph is kept; read from the device once per CHECK_EVERY steps.
+        losses.append(loss.detach())
+        sizes.append(len(targets))
+        if len(losses) % CHECK_EVERY == 0:
+            # M8: every rank stops at the same step, or the others would wait for it forever.
+            bad = sum_over_ranks(torch.isfinite(losses[-1]).logical_not().double())
+            if bad.item():
+                break
+    # R12: weighted by batch size, so a smaller last batch counts for the samples it holds;
+    # M3: the sums of every rank, so each rank reports the loss over the whole epoch.
+    weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
+    per_step = torch.stack(losses).double()
+    total = torch.stack([(per_step * weights).sum(), weights.sum()])
+    loss_sum, count = sum_over_ranks(total).tolist()
+    mean_loss = loss_sum / count
+    if not math.isfinite(mean_loss):  # one read per epoch; the first bad step only on failure
+        bad = torch.isfinite(per_step).logical_not().nonzero()
+        if len(bad) == 0:  # another rank's loss went bad
+            raise NonFiniteLoss("training", mean_loss)
+        step = int(bad[0])
+        raise NonFiniteLoss("training", per_step[step].item(), step + 1)
+    return {"loss": mean_loss}
+
+
+@torch.no_grad()  # R10: no autograd graph is built or kept during validation
+def evaluate(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    task,
+) -> dict[str, float]:
+    """Per-sample mean loss and task metrics over `batches`, in eval mode."""
+    model.eval()  # R10: dropout off, as at inference
+    sums = EpochSums(task)
+    for inputs, targets in batches:
+        outputs = model(inputs)
+        loss = task.loss(outputs, targets)
+        sums.add(loss, outputs, targets)
+    return sums.compute()

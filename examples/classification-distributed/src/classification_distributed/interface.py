@@ -1,0 +1,64 @@
+"""What the shared training code needs from a task and its data: the only contract between them.
+
+A task is a unit of three modules: `task.py` (the loss and the metrics), `data.py` (reading or
+making the data, splitting it, and batching it) and `model.py`. Each declares its own settings
+as a dataclass that `Config` inherits from, with the checks of their values. The shared modules
+(engine, train, overfit, checkpoint, seed) use only what this file describes, so they never ask
+which task they run; type checkers hold the task's modules to these protocols.
+"""
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+
+
+class Task(Protocol):
+    """The loss, and metrics reduced per sample (R12), for one kind of prediction."""
+
+    output_dim: int  # outputs of the model per sample
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean loss over a batch."""
+
+    def batch_stats(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Sums over a batch, left on the device until the epoch ends (R11)."""
+
+    def epoch_metrics(self, sums: dict[str, float], count: int) -> dict[str, float]:
+        """The validation metrics (task.METRICS, by name) from an epoch's sums and sample count."""
+
+    def memorised(self, metrics: dict[str, float]) -> bool:
+        """Whether metrics of one batch show it learnt by heart (the overfit check's last word)."""
+
+    def state_dict(self) -> dict:
+        """What prediction needs to read the model's outputs (class names, target scale)."""
+
+
+class Split(Protocol):
+    """One part of the data: its samples, in a fixed order."""
+
+    def __len__(self) -> int: ...
+
+
+class Data(Protocol):
+    """The data of a run, split for training and validation."""
+
+    train: Split
+    val: Split
+    task: Task
+    input_shape: tuple[int, ...]  # of one sample, as the model receives it
+
+    def state_dict(self) -> dict:
+        """Training statistics and names a checkpoint keeps, so a resume can check its data."""
+
+
+class Batches(Protocol):
+    """Batches of (inputs, targets) on the device; training ones are shuffled with their own
+    seeded generator, whose state a checkpoint saves."""
+
+    shuffle: bool
+    generator: torch.Generator
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...

@@ -1,0 +1,636 @@
+"""Training entry point: settings, seed, data, model, optimizer, then the epochs."""
+
+import argparse
+import csv
+import dataclasses
+import io
+import math
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from . import TEMPLATE_VERSION
+from .checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    remove_stale_temporaries,
+    require_keys,
+    save_checkpoint,
+    write_atomically,
+)
+from .config import Config, ConfigError, dump_config, load_config
+from .data import DATA_FLAGS, Batches, DataError, load_data
+from .distributed import (
+    average_by_samples,
+    barrier,
+    gather,
+    seed_rank,
+    share_outcome,
+    start,
+    stop,
+    sync_buffers,
+)
+from .engine import NonFiniteLoss, evaluate, train_one_epoch
+from .model import build_model
+from .seed import rng_state, seed_everything, set_rng_state
+from .task import METRICS
+
+# Exit codes of `python -m ...train`, as the README lists them.
+EXIT_INPUT = 2  # a setting, data file, checkpoint or output folder that cannot be used
+EXIT_DIVERGED = 3  # a loss became inf or nan; last.pt keeps the last good epoch
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
+# What a checkpoint must match to be resumed here: this project and the options it was
+# rendered with (another scheduler's state would load silently and train at a wrong rate).
+PROJECT = {
+    "package": __package__,
+    "task": "classification",
+    "scheduler": "cosine",
+    "amp": False,
+    "clip": False,
+    "early_stopping": True,
+}
+# The files a run writes into --out; a fresh run never mixes its files with another run's.
+RUN_FILES = ("metrics.csv", "last.pt", "best.pt")
+# Settings a resumed run may change; every other one shapes the data, the model or the batch
+# order, so changing it would not continue the same run. (Names this project lacks are unused.)
+CHANGEABLE_ON_RESUME = (
+    "epochs",
+    "lr",
+    "weight_decay",
+    "min_lr",
+    "plateau_patience",
+    "plateau_factor",
+    "max_grad_norm",
+    "patience",
+    "device",
+    "deterministic",
+    "out",
+    "dist_timeout",
+    "sync_batchnorm",
+)
+
+
+class TrainingDiverged(ArithmeticError):
+    """A non-finite training or validation loss: the run stops before saving bad weights."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during training, with the epoch it stopped in."""
+
+    def __init__(self, epoch: int, saved: bool) -> None:
+        super().__init__(epoch)
+        self.epoch = epoch
+        self.saved = saved  # whether last.pt holds an epoch of this run to resume from
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' is CUDA when torch sees a GPU, the CPU otherwise."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
+    # The fused kernel updates every parameter in one pass: faster on the CPU and on CUDA,
+    # and it needs the parameters already on their device (R1).
+    fused = next(model.parameters()).device.type in ("cpu", "cuda")
+    return torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused
+    )
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Config):
+    # Stepped once per epoch (R7), so its length is counted in epochs.
+    return torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=cfg.epochs, eta_min=cfg.min_lr
+    )
+
+
+def write_metrics(path: Path, history: list[dict]) -> None:
+    """Rewrite metrics.csv from the history (a resumed run drops epochs after its checkpoint).
+
+    Written beside it and renamed, like a checkpoint: Ctrl-C never leaves half a file. Not
+    fsync'd: the next epoch rewrites it, and last.pt holds the same history durably.
+    """
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(history[0]))
+    writer.writeheader()
+    writer.writerows(history)
+    write_atomically(path, lambda f: f.write(text.getvalue().encode()), fsync=False)
+
+
+def format_row(row: dict, improved: bool, seconds: float, epochs: int) -> str:
+    metrics = "  ".join(
+        f"{k} {v}" if isinstance(v, int) else f"{k} {v:.4f}"
+        for k, v in row.items()
+        if k not in ("epoch", "lr")
+    )
+    mark = "  *" if improved else ""
+    return f"epoch {row['epoch']:>3}/{epochs}  lr {row['lr']:.2e}  {metrics}  {seconds:.2f}s{mark}"
+
+
+def human_size(n_bytes: float) -> str:
+    """1234567 -> '1.2 MB'."""
+    units = ["bytes", "kB", "MB", "GB", "TB"]
+    while n_bytes >= 1000 and len(units) > 1:
+        n_bytes /= 1000
+        units.pop(0)
+    return f"{n_bytes:.0f} bytes" if units[0] == "bytes" else f"{n_bytes:.1f} {units[0]}"
+
+
+def describe_size(model: torch.nn.Module) -> str:
+    """One line with the parameter count and the size of a checkpoint, before anything trains."""
+    count = sum(p.numel() for p in model.parameters())
+    # The weights and AdamW's two moment buffers per weight; the rest of a checkpoint is small.
+    size = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    return f"model: {count:,} parameters; each checkpoint about {human_size(size)}"
+
+
+def check_checkpoint(checkpoint: dict, path: str | Path) -> None:
+    """Refuse, naming what differs, a checkpoint that this project cannot resume."""
+    require_keys(checkpoint, ("project", "run_id", "config"), path)
+    theirs, config = checkpoint["project"], checkpoint["config"]
+    if not isinstance(theirs, dict) or not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint {path} has no usable 'project' or 'config' entry")
+    if theirs.get("package") != PROJECT["package"]:
+        raise CheckpointError(
+            f"checkpoint {path} was written by project {theirs.get('package')!r}, not "
+            f"{PROJECT['package']!r}; resume it with that project's training"
+        )
+    differ = [key for key, value in PROJECT.items() if theirs.get(key) != value]
+    if differ:
+        raise CheckpointError(
+            f"checkpoint {path} was written with "
+            + ", ".join(f"{key}={theirs.get(key)}" for key in differ)
+            + "; this project has "
+            + ", ".join(f"{key}={PROJECT[key]}" for key in differ)
+            + ", so it cannot resume it; start a fresh run instead"
+        )
+    require_keys(
+        checkpoint,
+        ("model", "optimizer", "scheduler", "epoch", "best_epoch", "best_val_loss", "history")
+        + ("rng", "batch_rng", "data"),
+        path,
+    )
+
+
+def check_resume_settings(cfg: Config, checkpoint: dict, path: str | Path) -> None:
+    """Refuse changed settings that would not continue the same run, and runs already done."""
+    saved = checkpoint["config"]
+    fixed = [
+        key
+        for key, value in dataclasses.asdict(cfg).items()
+        if key not in CHANGEABLE_ON_RESUME and saved.get(key) != value
+    ]
+    if fixed:
+        changes = ", ".join(f"{key} ({saved.get(key)!r} -> {getattr(cfg, key)!r})" for key in fixed)
+        raise ConfigError(
+            f"cannot change {changes} when resuming: they define the data, the model or the "
+            "batch order of the run; start a fresh run with another --out instead"
+        )
+    epoch = checkpoint["epoch"]
+    if epoch >= cfg.epochs:
+        raise ConfigError(
+            f"checkpoint {path} has trained {epoch} of {cfg.epochs} epochs, so there is nothing "
+            f"to resume; to train longer, resume with --epochs N (more than {epoch})"
+        )
+    waited = checkpoint["epochs_without_improvement"]
+    if waited >= cfg.patience:
+        raise ConfigError(
+            f"checkpoint {path} stopped early at epoch {epoch} (no improvement for {waited} "
+            f"epochs); to train on, resume with --set patience=N (more than {waited})"
+        )
+
+
+def prepare_out(
+    out: Path, *, overwrite: bool, checkpoint: dict | None, checkpoint_path: Path | None
+) -> None:
+    """Fail before anything trains if --out is unusable or holds another run's files."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder; choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        # Only a write shows that permissions, mounts and quotas allow one; this file has no name.
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            f"cannot write to --out {out}: {err.strerror}; choose another --out"
+        ) from None
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if not found or (checkpoint is not None and holds_run(out, checkpoint, checkpoint_path)):
+        # The folder is this run's: what an earlier run left when it was killed mid-write goes.
+        remove_stale_temporaries(out)
+        return
+    if checkpoint is not None:
+        raise ConfigError(
+            f"--out {out} holds another run's files ({', '.join(found)}); resume into "
+            f"{checkpoint_path.parent} (the default) or an empty folder"
+        )
+    if not overwrite:
+        raise ConfigError(
+            f"--out {out} holds an earlier run ({', '.join(found)}); continue it with "
+            f"--resume {out / 'last.pt'}, or replace its files with --overwrite"
+        )
+    for name in found:  # only the run's own files: anything else the user keeps there stays
+        (out / name).unlink()
+    remove_stale_temporaries(out)
+
+
+def holds_run(out: Path, checkpoint: dict, checkpoint_path: Path | None) -> bool:
+    """Whether the last.pt in `out` is the resumed checkpoint or a later one of the same run."""
+    last = out / "last.pt"
+    if not last.is_file():
+        return False
+    if checkpoint_path is not None and last.samefile(checkpoint_path):
+        return True
+    try:
+        return load_checkpoint(last).get("run_id") == checkpoint["run_id"]
+    except CheckpointError:
+        return False
+
+
+def load_best(checkpoint: dict, path: Path) -> dict:
+    """The best epoch's checkpoint of a resumed run: itself, or the best.pt of the same run."""
+    if checkpoint["best_epoch"] == checkpoint["epoch"]:
+        return checkpoint
+    best_path = path.parent / "best.pt"
+    best = load_checkpoint(best_path)
+    if best.get("run_id") != checkpoint["run_id"] or best.get("epoch") != checkpoint["best_epoch"]:
+        raise CheckpointError(
+            f"{best_path} is not epoch {checkpoint['best_epoch']} of the run in {path}, so the "
+            "best weights cannot be restored; put that run's best.pt beside it"
+        )
+    return best
+
+
+def check_same_data(checkpoint: dict, data, path: Path) -> None:
+    """Refuse to resume on data other than the run's (a CSV file edited since, for instance)."""
+    saved = checkpoint["data"] if isinstance(checkpoint["data"], dict) else {}
+
+    def equal(a, b) -> bool:
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            return a.shape == b.shape and torch.equal(a, b)
+        return type(a) is type(b) and a == b
+
+    differ = [key for key, value in data.state_dict().items() if not equal(saved.get(key), value)]
+    if differ:
+        raise CheckpointError(
+            f"checkpoint {path} was trained on other data ({', '.join(differ)} differ); "
+            "resume with the data it was trained on"
+        )
+
+
+def apply_resume_settings(
+    cfg: Config, checkpoint: dict, optimizer: torch.optim.Optimizer, scheduler
+) -> str:
+    """Put the settings a resumed run changed into the restored optimizer and scheduler.
+
+    Returns the line that says what changed. The optimizer's and scheduler's states hold the
+    old values, so without this a new lr would be recorded in the checkpoint but not used.
+    """
+    saved, epoch = checkpoint["config"], checkpoint["epoch"]
+    changed = [key for key in CHANGEABLE_ON_RESUME if saved.get(key) != getattr(cfg, key, None)]
+    for group in optimizer.param_groups:
+        group["weight_decay"] = cfg.weight_decay
+    note = ""
+    if {"epochs", "lr", "min_lr"} & set(changed):
+        # The schedule becomes the one a run of cfg.epochs epochs at cfg.lr would follow: the
+        # epochs already trained keep their rates, the next trains at the closed-form rate of
+        # this epoch, and the rate falls from there to min_lr at the new last epoch.
+        scheduler.T_max, scheduler.eta_min = cfg.epochs, cfg.min_lr
+        scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]
+        progress = (1 + math.cos(math.pi * epoch / cfg.epochs)) / 2
+        for group in optimizer.param_groups:
+            group["initial_lr"] = cfg.lr
+            group["lr"] = cfg.min_lr + (cfg.lr - cfg.min_lr) * progress
+        note = (
+            f"; cosine schedule rebuilt for {cfg.epochs} epochs: epoch {epoch + 1} trains at "
+            f"lr {optimizer.param_groups[0]['lr']:.2e}, falling to {cfg.min_lr:.2e}"
+        )
+    what = ", ".join(f"{key} {saved.get(key)} -> {getattr(cfg, key)}" for key in changed)
+    return f"resuming after epoch {epoch}" + (f" with {what}" if what else "") + note
+
+
+def caused_by_ctrl_c(err: BaseException | None) -> bool:
+    """Whether Ctrl-C lies under `err`: torch.save turns one in its writer into a RuntimeError."""
+    while err is not None:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        err = err.__context__
+    return False
+
+
+def fit(
+    cfg: Config,
+    checkpoint: dict | None = None,
+    checkpoint_path: str | Path | None = None,
+    overwrite: bool = True,
+) -> dict:
+    """Train as configured, resuming from `checkpoint` if given; returns the model and history.
+
+    A fresh run replaces the run files already in cfg.out; with overwrite=False (the command
+    line without --overwrite) it refuses to start instead.
+    """
+    out = Path(cfg.out)
+    checkpoint_path = Path(checkpoint_path or out / "last.pt")
+    if checkpoint is not None:
+        check_checkpoint(checkpoint, checkpoint_path)
+        check_resume_settings(cfg, checkpoint, checkpoint_path)
+    # One process under plain `python -m`; under torchrun, this rank of the group (M8).
+    ctx, device = start(resolve_device(cfg.device), cfg.dist_timeout)
+    # M5: rank 0 alone may clear --out; its refusal stops every rank.
+    share_outcome(
+        ctx,
+        lambda: prepare_out(
+            out, overwrite=overwrite, checkpoint=checkpoint, checkpoint_path=checkpoint_path
+        ),
+    )
+
+    seed_everything(cfg.seed, cfg.deterministic)  # S1: before any data, weights or batch order
+
+    data = load_data(cfg)
+    for name, split in (("training", data.train), ("validation", data.val)):
+        if len(split.targets) < ctx.world_size:
+            raise DataError(
+                f"the {name} split has {len(split.targets)} samples, fewer than the "
+                f"{ctx.world_size} processes; each process needs at least one"
+            )
+    train_batches = Batches(
+        data.train, cfg.batch_size, shuffle=True, seed=cfg.seed, device=device, ctx=ctx
+    )
+    val_batches = Batches(data.val, cfg.batch_size, shuffle=False, device=device, ctx=ctx)
+
+    model = build_model(cfg, data.input_shape, data.task.output_dim)
+    if cfg.sync_batchnorm:
+        if device.type != "cuda":
+            # torch refuses it for CPU modules; on the CPU each rank normalises with the
+            # statistics of its own part of the batch (M7).
+            raise ConfigError("sync_batchnorm needs CUDA devices; set sync_batchnorm=false")
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model.to(device)  # R1: before the optimizer is built, so it holds the parameters in use
+    # Trained through the wrapper, which averages gradients over the ranks in backward; every
+    # rank starts from rank 0's weights, broadcast here (M6). Validation and checkpoints use
+    # `model` itself: no hang on uneven validation shards, no "module." prefix (M5).
+    trainer = model
+    if ctx.launched:
+        ids = [device.index] if device.type == "cuda" else None
+        trainer = DistributedDataParallel(model, device_ids=ids)
+        average_by_samples(trainer)  # M2: the whole global batch's gradient, uneven parts too
+    seed_rank(cfg.seed, ctx.rank)  # M6: after the weights, each rank its own random streams
+    optimizer = build_optimizer(model, cfg)
+    scheduler = build_scheduler(optimizer, cfg)
+    if ctx.is_main:  # M5: one copy of the progress lines
+        print(describe_size(model), flush=True)
+
+    # Each run has an id, saved in its checkpoints: a resumed run knows its own best.pt.
+    run_id, start_epoch, best_epoch, best_val_loss, history = uuid.uuid4().hex, 1, 0, math.inf, []
+    epochs_without_improvement = 0
+    best_weights = None  # the best epoch's weights, kept for the end of the run (R13)
+    if checkpoint is not None:  # S5: restore every state, not only the weights
+        check_same_data(checkpoint, data, checkpoint_path)
+        try:
+            model.load_state_dict(checkpoint["model"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            scheduler.load_state_dict(checkpoint["scheduler"])
+            epochs_without_improvement = checkpoint["epochs_without_improvement"]
+            best_weights = load_best(checkpoint, checkpoint_path)["model"]
+            train_batches.generator.set_state(checkpoint["batch_rng"])
+            states = checkpoint.get("rank_rng", [])
+            if len(states) == ctx.world_size:  # each rank continues its own streams exactly
+                set_rng_state(states[ctx.rank])
+            else:
+                # M6: another number of processes than the checkpoint's. The batch order goes
+                # on as before (one shared stream); rank 0 continues its streams, the others
+                # start new ones from the seed, their rank and the epoch.
+                set_rng_state(checkpoint["rng"])
+                seed_rank(cfg.seed, ctx.rank, checkpoint["epoch"])
+        except (KeyError, RuntimeError, TypeError, ValueError) as err:
+            if isinstance(err, CheckpointError):
+                raise
+            # torch names the first mismatch on the second line of a multi-line message.
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            detail = lines[min(1, len(lines) - 1)] if lines else repr(err)
+            raise CheckpointError(
+                f"checkpoint {checkpoint_path} does not fit this project's model or settings "
+                f"({detail}); give a last.pt written by this project's training"
+            ) from None
+        run_id, start_epoch = checkpoint["run_id"], checkpoint["epoch"] + 1
+        best_epoch, best_val_loss = checkpoint["best_epoch"], checkpoint["best_val_loss"]
+        history = list(checkpoint["history"])
+        message = apply_resume_settings(cfg, checkpoint, optimizer, scheduler)
+        if ctx.is_main:
+            print(message, flush=True)
+
+    epoch = start_epoch
+    try:
+        for epoch in range(start_epoch, cfg.epochs + 1):
+            started = time.perf_counter()
+            lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
+            train = train_one_epoch(
+                trainer,
+                train_batches,
+                optimizer,
+                data.task,
+            )
+            sync_buffers(model)  # M3: every rank validates with rank 0's BatchNorm statistics
+            val = evaluate(model, val_batches, data.task)
+            if not math.isfinite(val["loss"]):
+                raise NonFiniteLoss("validation", val["loss"])
+            broken = [k for k, v in model.state_dict().items() if not v.isfinite().all()]
+            if broken:  # e.g. BatchNorm's running variance overflows while the loss stays finite
+                raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
+            scheduler.step()  # R7: once per epoch, after this epoch's optimizer steps
+
+            improved = val["loss"] < best_val_loss  # R13: judged on this epoch's validation loss
+            if improved:
+                best_epoch, best_val_loss = epoch, val["loss"]
+                epochs_without_improvement = 0
+            else:
+                epochs_without_improvement += 1
+            row = {"epoch": epoch, "lr": lr, "train_loss": train["loss"], "val_loss": val["loss"]}
+            row.update({f"val_{name}": val[name] for name in METRICS})
+            history.append(row)
+            if ctx.is_main:  # M5: rank 0 alone writes; every rank holds the same history
+                write_metrics(out / "metrics.csv", history)
+            rank_rng = gather(rng_state())  # M6: every rank's streams, for an exact resume
+
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "epochs_without_improvement": epochs_without_improvement,
+                "epoch": epoch,
+                "global_step": epoch * len(train_batches),
+                "best_epoch": best_epoch,
+                "best_val_loss": best_val_loss,
+                "history": history,
+                "rng": rng_state(),
+                "rank_rng": rank_rng,
+                "batch_rng": train_batches.generator.get_state(),
+                "config": dataclasses.asdict(cfg),
+                "data": data.state_dict(),
+                "run_id": run_id,
+                "project": PROJECT,
+                "template_version": TEMPLATE_VERSION,
+            }
+            if ctx.is_main:
+                save_checkpoint(state, out / "last.pt")
+                if improved:
+                    save_checkpoint(state, out / "best.pt")
+            if improved:
+                # A copy on the CPU: the end of the run never reads a best.pt (R13).
+                best_weights = {k: v.to("cpu", copy=True) for k, v in state["model"].items()}
+            seconds = time.perf_counter() - started
+            if ctx.is_main:
+                print(format_row(row, improved, seconds, cfg.epochs), flush=True)
+            # M4: decided on the loss summed over every rank, so every rank stops together.
+            if epochs_without_improvement >= cfg.patience:
+                if ctx.is_main:
+                    print(f"early stopping: no improvement for {cfg.patience} epochs", flush=True)
+                break
+    except (KeyboardInterrupt, RuntimeError) as err:
+        if not caused_by_ctrl_c(err):
+            raise
+        # last.pt is whole (C2) and, as prepare_out checked, this run's, if it exists at all.
+        # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
+        remove_stale_temporaries(out)
+        raise Interrupted(epoch, saved=(out / "last.pt").exists()) from None
+    except OSError as err:  # a full disk, or --out removed during the run
+        saved = (out / "last.pt").exists()
+        kept = f"{out / 'last.pt'} keeps epoch {epoch - 1}" if saved else "nothing was saved"
+        raise ConfigError(
+            f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {kept}"
+        ) from None
+    except NonFiniteLoss as err:
+        step = f", step {err.step} of {len(train_batches)}" if err.step else ""
+        saved = (out / "last.pt").exists()
+        kept = f"{out / 'last.pt'} keeps epoch {epoch - 1}" if saved else "nothing was saved"
+        raise TrainingDiverged(
+            f"{err} at epoch {epoch}{step}; the run stopped and {kept}; lower the learning rate "
+            f"(lr {lr:.2e}) or check the data for extreme values"
+        ) from None
+
+    # R13: finish with the best epoch's weights, not the last epoch's.
+    model.load_state_dict(best_weights)
+    # M5: rank 0's files are whole before any rank returns and something reads them.
+    barrier()
+    return {
+        "model": model,
+        "history": history,
+        "best_val_loss": best_val_loss,
+        "data": data,
+        "rank": ctx.rank,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__package__}.train",
+        description="Train the model. Settings: defaults, then --config, then --set, then flags.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML file of settings")
+    parser.add_argument("--epochs", type=int, help="number of epochs")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train")
+    parser.add_argument("--out", metavar="DIR", help="folder for metrics.csv, last.pt and best.pt")
+    parser.add_argument("--seed", type=int, help="random seed (data split, weights, batch order)")
+    for name, (metavar, text) in DATA_FLAGS.items():  # the task's data settings, as flags
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=metavar, help=text)
+    parser.add_argument(
+        "--resume", metavar="CKPT", help="continue from a checkpoint, e.g. runs/latest/last.pt"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any setting, e.g. --set lr=3e-4 (repeatable)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in an --out that holds a run: its metrics.csv, last.pt, best.pt go",
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved settings as TOML and exit"
+    )
+    return parser
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove the folders that --out needed and the run made, deepest first, while empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # something was written there (or the folder is gone): it stays
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    status = None
+    try:
+        status = run(argv)
+        return status
+    finally:
+        stop(ok=status == 0)  # M8: every exit path leaves the process group
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    flags = ("epochs", "device", "out", "seed", *DATA_FLAGS)
+    overrides = args.overrides + [
+        f"{name}={getattr(args, name)}" for name in flags if getattr(args, name) is not None
+    ]
+    try:
+        checkpoint, base = None, None
+        if args.resume:
+            if args.overwrite:
+                raise ConfigError("--overwrite starts a fresh run; leave it out with --resume")
+            checkpoint = load_checkpoint(args.resume)
+            check_checkpoint(checkpoint, args.resume)
+            # A resumed run starts from the settings it was saved with, in its own folder.
+            base = {**checkpoint["config"], "out": str(Path(args.resume).parent)}
+        cfg = load_config(args.config, overrides, base=base)
+        if args.print_config:
+            print(dump_config(cfg), end="")
+            return 0
+        out = Path(cfg.out)
+        created = [folder for folder in (out, *out.parents) if not folder.exists()]
+        try:
+            result = fit(cfg, checkpoint, args.resume, overwrite=args.overwrite)
+        except BaseException:
+            remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
+            raise
+    except (ConfigError, DataError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except Interrupted as err:
+        if err.saved:
+            last = Path(cfg.out) / "last.pt"
+            hint = f"resume with python -m {__package__}.train --resume {last}"
+        else:
+            hint = "no epoch was saved, so start the run again"
+        print(f"interrupted at epoch {err.epoch}; {hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("interrupted before training started; nothing was saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if result["rank"] == 0:
+        print(f"best val_loss {result['best_val_loss']:.4f}; metrics and checkpoints in {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""A real run: it learns the synthetic data, writes its outputs, and resumes exactly."""
+
+import csv
+import dataclasses
+import re
+
+import pytest
+import torch
+
+import task_cases
+from classification_distributed import train
+from classification_distributed.checkpoint import load_checkpoint
+from classification_distributed.task import METRICS
+
+
+def read_rows(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_learns_the_synthetic_data(cfg):
+    result = train.fit(dataclasses.replace(cfg, n_samples=2048, epochs=20))
+    task_cases.assert_learned(result["history"], cfg, result["data"])
+    last = result["history"][-1]
+    assert last["train_loss"] < 0.5 * result["history"][0]["train_loss"]
+
+
+def test_command_line_run_writes_metrics_and_checkpoints(cfg, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(["--epochs", "3", "--out", str(out), "--device", cfg.device]) == 0
+    rows = read_rows(out / "metrics.csv")
+    assert [row["epoch"] for row in rows] == ["1", "2", "3"]
+    columns = ["epoch", "lr", "train_loss", "val_loss"] + [f"val_{m}" for m in METRICS]
+    assert list(rows[0]) == columns
+    assert load_checkpoint(out / "last.pt")["epoch"] == 3
+    best = load_checkpoint(out / "best.pt")
+    val_losses = [float(row["val_loss"]) for row in rows]
+    assert best["epoch"] == 1 + val_losses.index(min(val_losses))
+    assert best["best_val_loss"] == min(val_losses)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5, lines  # the model's size, one line per epoch, a summary
+    assert re.fullmatch(r"model: [\d,]+ parameters; each checkpoint about [\d.]+ [kMG]B", lines[0])
+
+
+def test_resumed_run_ends_where_an_uninterrupted_run_ends(cfg, tmp_path, monkeypatch):
+    cfg = dataclasses.replace(cfg, epochs=4, device="cpu")
+    full = train.fit(dataclasses.replace(cfg, out=str(tmp_path / "full")))
+
+    # Crash right after the checkpoint of epoch 2 has been written.
+    save = train.save_checkpoint
+
+    def save_then_crash(state, path):
+        save(state, path)
+        if state["epoch"] == 2 and path.name == "last.pt":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "save_checkpoint", save_then_crash)
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        train.fit(dataclasses.replace(cfg, out=str(out)))
+    monkeypatch.undo()
+
+    assert train.main(["--resume", str(out / "last.pt")]) == 0
+    resumed = load_checkpoint(out / "last.pt")
+    assert resumed["history"] == full["history"]
+    assert (out / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
+    final = load_checkpoint(tmp_path / "full" / "last.pt")["model"]
+    for name, tensor in final.items():
+        assert torch.equal(resumed["model"][name], tensor), name

@@ -3,9 +3,11 @@
 Runs `python -m classification_distributed.train ARGS` as this rank and saves to $RECORD/rank<N>.pt
 the sample indices of each training batch it took, the files it wrote, its final weights,
 its number of epochs, and the epoch of the last.pt it read back right after training.
-$VAL_OFFSETS=1 adds a different offset to each rank's validation loss (falling on rank 0,
-rising on rank 1), so a decision made on one rank's own loss would differ between the ranks.
-$CTRL_C_IN_EPOCH=N raises KeyboardInterrupt on every rank in epoch N. $M2_PROBE=N only runs
+$VAL_OFFSETS=fall (or rise) adds a different offset to each rank's validation loss, falling on
+one rank and rising on the other, so a decision made on one rank's own loss would differ
+between the ranks.
+$CTRL_C_IN_EPOCH=N raises KeyboardInterrupt on every rank in epoch N, $CRASH_IN_EPOCH=N an
+error on rank 1 alone. $M2_PROBE=N only runs
 one backward pass on this rank's part of the first N samples and saves the gradient.
 """
 
@@ -58,24 +60,30 @@ if os.environ.get("VAL_OFFSETS"):
         validated["epochs"] += 1
         return evaluate(*args, **kwargs)
 
+    # Per sample and epoch, "fall": -50 on rank 0, +5 on rank 1 (the sum falls); "rise": the
+    # other way round (the sum rises).
+    sign = 1.0 if os.environ["VAL_OFFSETS"] == "fall" else -1.0
+
     def offset_add(self, loss, outputs, targets):
-        # Per sample: -50 per epoch on rank 0, +5 per epoch on rank 1.
-        offset = (-50.0 if RANK == 0 else 5.0) * validated["epochs"]
+        offset = sign * (-50.0 if RANK == 0 else 5.0) * validated["epochs"]
         add(self, loss + offset, outputs, targets)
 
     train.evaluate = counting_evaluate
     engine.EpochSums.add = offset_add
 
-if os.environ.get("CTRL_C_IN_EPOCH"):
+if os.environ.get("CTRL_C_IN_EPOCH") or os.environ.get("CRASH_IN_EPOCH"):
     # Ctrl-C on every rank in this epoch, after its training steps (as a terminal sends it
-    # to every process of the launch).
-    stop_in, synced = int(os.environ["CTRL_C_IN_EPOCH"]), {"epochs": 0}
+    # to every process of the launch), or an error on rank 1 alone.
+    stop_in = int(os.environ.get("CTRL_C_IN_EPOCH") or os.environ["CRASH_IN_EPOCH"])
+    synced = {"epochs": 0}
     sync_buffers = train.sync_buffers
 
     def interrupting_sync_buffers(model):
         synced["epochs"] += 1
-        if synced["epochs"] == stop_in:
+        if synced["epochs"] == stop_in and os.environ.get("CTRL_C_IN_EPOCH"):
             raise KeyboardInterrupt
+        if synced["epochs"] == stop_in and RANK == 1:
+            raise RuntimeError("rank 1 crashed (injected by the test)")
         sync_buffers(model)
 
     train.sync_buffers = interrupting_sync_buffers

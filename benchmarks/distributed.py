@@ -42,7 +42,7 @@ SIZES = {
     "larger": ({"n_samples": 20000, "n_features": 64, "hidden_dim": 512, "batch_size": 256}, 4),
 }
 QUICK = {"default": ({"n_samples": 512}, 3)}
-EPOCH_LINE = re.compile(r"^epoch +(\d+)/\d+ .* (\d+\.\d+)s( \*)?$")
+EPOCH_LINE = re.compile(r"^epoch +(\d+)/\d+ .* (\d+\.\d+)s( +\*)?$")
 
 
 def render(root: Path, name: str, options: Options) -> tuple[Path, str]:

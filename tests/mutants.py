@@ -338,6 +338,7 @@ def run_edited(
     edits: Iterable[Edit],
     work: Path,
     tests: tuple[str, ...] = (),
+    loop_tests: bool = True,
 ) -> LoopRun:
     """Copy the project, apply `edits` to one module of its package, run the copy's loop tests."""
     edited = work / project.name
@@ -354,7 +355,7 @@ def run_edited(
     report = edited / "report.xml"
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         *LOOP_TESTS, *tests],
+         *(LOOP_TESTS if loop_tests else ()), *tests],
         cwd=edited, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if tests.returncode not in (0, 1) or not report.exists():
@@ -364,7 +365,10 @@ def run_edited(
 
 def run_mutant(project: Path, package: str, mutant: Mutant, combo: str, work: Path) -> Outcome:
     """Copy the project, inject the bug, run the copy's own tests, and say what caught it."""
-    run = run_edited(project, package, mutant.file, mutant.edits, work, mutant.tests)
+    # The distributed rules (M) are seen only by the distributed tests, which launch several
+    # processes: the loop tests run one process and would only add their minutes.
+    loop_tests = not mutant.rule.startswith("M")
+    run = run_edited(project, package, mutant.file, mutant.edits, work, mutant.tests, loop_tests)
     if not run.finished:
         return Outcome(mutant, combo, False, [], [], run.detail)
     caught_by = [

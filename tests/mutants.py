@@ -112,9 +112,8 @@ def _one(o: Options) -> bool:
 
 
 # The distributed rules' mutants run the tests of tests/test_distributed.py that catch them:
-# the sharding checks (in-process), the exchanged gradient (one launch), the 2-process run (one
-# launch, against the whole validation split and one process) and the decisions taken together
-# (one launch).
+# the sharding checks (in-process), the exchanged gradient (one launch) and the 2-process run
+# (one launch: equal ranks, their histories, the whole validation split, one process).
 _SHARDING_TESTS = (
     "tests/test_distributed.py::test_M1_every_sample_once_per_epoch_and_a_new_order_each_epoch",
 )
@@ -122,13 +121,12 @@ _WEIGHT_TESTS = (
     "tests/test_distributed.py::test_M2_the_exchanged_gradient_is_the_whole_batch_gradient",
 )
 _LAUNCH_TESTS = ("tests/test_distributed.py::test_two_processes_end_where_one_process_ends",)
-_DECISION_TESTS = (
-    *_LAUNCH_TESTS,
-    "tests/test_distributed.py::test_M4_decisions_are_taken_together_on_the_summed_validation_loss",
-)
 _TABULAR_OR_IMAGES = lambda o: o.distributed and o.task != "text-classification"  # noqa: E731
 # Without BatchNorm, where 2 processes must end where 1 does (the image CNN has BatchNorm).
-_TABULAR_OR_TEXT = lambda o: o.distributed and o.task != "image-classification"  # noqa: E731
+# (and in fp32: bf16's tolerance, 5e-2, would hide the unweighted average's ~1e-3)
+_TABULAR_OR_TEXT = lambda o: (  # noqa: E731
+    o.distributed and o.task != "image-classification" and not o.amp
+)
 
 
 MUTANTS = [
@@ -246,12 +244,12 @@ MUTANTS = [
                  "[ctx.rank :: ctx.world_size]"),), _ddp, _SHARDING_TESTS),
     Mutant("M3", "validation metrics not summed over ranks", "engine.py",
            (Edit("replace", "values = sum_over_ranks(torch.stack([*sums, count])).tolist()",
-                 "values = torch.stack([*sums, count]).tolist()"),), _ddp, _DECISION_TESTS),
+                 "values = torch.stack([*sums, count]).tolist()"),), _ddp, _LAUNCH_TESTS),
     Mutant("M4", "decisions on each rank's own validation loss", "engine.py",
            (Edit("replace", 'metrics = {"loss": totals.pop("loss") / count}',
                  'totals.pop("loss")\n'
                  '        metrics = {"loss": self.totals["loss"].item() / self.count}'),),
-           _ddp, _DECISION_TESTS),
+           _ddp, _LAUNCH_TESTS),
     Mutant("M5", "every rank writes the checkpoints", "train.py",
            (Edit("replace", "            if ctx.is_main:\n                save_checkpoint(",
                  "            if True:\n                save_checkpoint("),), _ddp, _LAUNCH_TESTS),

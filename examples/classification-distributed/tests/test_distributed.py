@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 # Small and short; dropout off, so that nothing random differs between the ranks.
 # An odd batch size: the 2 ranks' parts differ by a sample in every batch (M2).
-SETTINGS = ["--device", "cpu", "--set", "dropout=0", "--set", "dist_timeout=30"]
+SETTINGS = ["--device", "cpu", "--set", "dropout=0", "--set", "dist_timeout=15"]
 SETTINGS += ["--set", "batch_size=25"]
 SETTINGS += [flag for value in task_cases.SMALL for flag in ("--set", value)]
 EPOCHS = 3
@@ -73,7 +73,11 @@ def two_ranks(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("two")
     out = tmp / "run"
     try:
-        records = launch(tmp, 2, *SETTINGS, "--epochs", str(EPOCHS), "--out", str(out))
+        # A run that fails or hangs here: the ranks disagreed (M3, M4) or did not stop
+        # together (M8).
+        records = launch(
+            tmp, 2, *SETTINGS, "--epochs", str(EPOCHS), "--out", str(out), rule="M3/M4/M8"
+        )
     except AssertionError:
         if (out / "last.pt").exists():  # a run that saved a wrong checkpoint may crash later
             no_prefix(out / "last.pt")
@@ -245,7 +249,6 @@ def test_M4_decisions_are_taken_together_on_the_summed_validation_loss(tmp_path,
     # (or rises). A rank deciding on its own loss would stop (or lower its rate) alone, and the
     # other would wait in vain: dist_timeout turns that into a failed run instead of a hang.
     settings = [*SETTINGS, "--epochs", "4", "--out", str(tmp_path / "run")]
-    settings += ["--set", "dist_timeout=15"]
     settings += ["--set", "patience=1"]
     records = launch(tmp_path, 2, *settings, env={"VAL_OFFSETS": summed}, rule="M3/M4")
     # A rising sum stops both ranks after epoch 2 (patience 1); a falling one never.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .distributed import ONE_PROCESS, Context, even_out, shard_training, shard_validation
+from .distributed import ONE_PROCESS, Context, shard_training, shard_validation
 from .task import Task, empty_targets, make_synthetic, parse_target
 
 
@@ -298,7 +298,7 @@ class Batches:
             return list(shard_validation(torch.arange(n), self.ctx).split(self.batch_size))
         # The last batch may be smaller: the MLP has no BatchNorm, and every sample counts.
         order = torch.randperm(n, generator=self.generator) if draw else torch.arange(n)
-        batches = even_out(list(order.split(self.batch_size)), self.ctx)
+        batches = list(order.split(self.batch_size))
         return shard_training(batches, self.ctx)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

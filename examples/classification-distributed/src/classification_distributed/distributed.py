@@ -27,10 +27,15 @@ class Context:
 
     @property
     def launched(self) -> bool:
-        return dist.is_available() and dist.is_initialized()
+        return in_group()
 
 
 ONE_PROCESS = Context()  # a run without torchrun
+
+
+def in_group() -> bool:
+    """Whether this process is in a process group (under torchrun, after start())."""
+    return dist.is_available() and dist.is_initialized()
 
 
 def start(device: torch.device, timeout_s: float) -> tuple[Context, torch.device]:
@@ -66,7 +71,7 @@ def stop(ok: bool) -> None:
     (measured with gloo): its last references are collected first, and after a good run every
     rank waits for the others, so none tears the group down under a rank still finishing.
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    if not in_group():
         return
     gc.collect()
     if ok:
@@ -116,6 +121,7 @@ def shard_training(batches: list[torch.Tensor], ctx: Context) -> list[torch.Tens
     the shards. Parts differ in size by at most one sample; average_by_samples makes the
     update exact all the same (M2).
     """
+    batches = even_out(batches, ctx)
     return [index[ctx.rank :: ctx.world_size] for index in batches]
 
 
@@ -173,7 +179,7 @@ def sum_over_ranks(values: torch.Tensor) -> torch.Tensor:
     Metrics are sums and counts added over ranks, then divided (M3): a mean of per-rank means
     weighs a rank's samples by how many the rank had.
     """
-    if dist.is_available() and dist.is_initialized():
+    if in_group():
         values = values.clone()
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
@@ -185,14 +191,14 @@ def sync_buffers(model: torch.nn.Module) -> None:
     Each rank's last training step updated them from its own part of the batch; validation
     and the checkpoint must use one set, the one rank 0 saves.
     """
-    if dist.is_available() and dist.is_initialized():
+    if in_group():
         for buffer in model.buffers():
             dist.broadcast(buffer, src=0)
 
 
 def gather(obj) -> list:
     """`obj` from every rank, in rank order ([obj] in one process)."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not in_group():
         return [obj]
     objects = [None] * dist.get_world_size()
     dist.all_gather_object(objects, obj)
@@ -201,7 +207,7 @@ def gather(obj) -> list:
 
 def barrier() -> None:
     """Wait until every rank gets here (nothing to wait for in one process)."""
-    if dist.is_available() and dist.is_initialized():
+    if in_group():
         dist.barrier()
 
 

@@ -118,7 +118,7 @@ def test_very_long_names_are_refused_before_any_folder_is_made(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     result = invoke("new", "n" * length, "-y", "--no-smoke")
     assert result.exit_code == 2
-    assert f"use at most 100 characters (it has {length})" in one_error_line(result.output)
+    assert f"use at most 60 characters (it has {length})" in one_error_line(result.output)
     assert leftovers(tmp_path) == []
 
 

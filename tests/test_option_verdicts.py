@@ -16,7 +16,7 @@ NAME_CASES = [
     ("my-proj", None),
     ("My.Proj2", None),
     ("x1", None),
-    ("a" * 100, None),
+    ("a" * 60, None),
     ("json", "would shadow"),
     ("src", "would shadow"),
     ("pytest", "would shadow"),
@@ -28,9 +28,9 @@ NAME_CASES = [
     ("a.", "use letters, digits"),
     ("ends-", "use letters, digits"),
     ("2fast", "use letters, digits"),
-    ("a" * 101, "use at most 100 characters"),
-    ("a" * 240, "use at most 100 characters"),
-    ("a" * 300, "use at most 100 characters"),
+    ("a" * 61, "use at most 60 characters"),
+    ("a" * 240, "use at most 60 characters"),
+    ("a" * 300, "use at most 60 characters"),
 ]
 NUMBER_CASES = [
     ({"seed": 0}, None),

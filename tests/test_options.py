@@ -33,7 +33,7 @@ SPEC = yaml.safe_load((REPO / "copier.yml").read_text())
         ("some/where/My.Proj2", ("My.Proj2", "my_proj2")),
         ("/tmp/x/demo_1/", ("demo_1", "demo_1")),
         ("a--b..c", ("a--b..c", "a__b__c")),  # as copier.yml's package_name default writes it
-        ("n" * 100, ("n" * 100, "n" * 100)),
+        ("n" * 60, ("n" * 60, "n" * 60)),
     ],
 )
 def test_names_from_dest(dest, expected):
@@ -57,8 +57,8 @@ def test_names_from_dest(dest, expected):
         ("$(whoami)", "not a valid project name"),
         ("na`me", "not a valid project name"),
         ("name with space", "not a valid project name"),
-        ("n" * 101, "use at most 100 characters (it has 101)"),
-        ("n" * 300, "use at most 100 characters (it has 300)"),
+        ("n" * 61, "use at most 60 characters (it has 61)"),
+        ("n" * 300, "use at most 60 characters (it has 300)"),
         ("class", "'class' would shadow a Python keyword"),
         ("import", "'import' would shadow"),
         ("torch", "'torch' would shadow"),

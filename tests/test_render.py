@@ -45,12 +45,15 @@ SHARED_FILES = (
     "src/{package}/checkpoint.py",
     "src/{package}/config.py",
     "src/{package}/engine.py",
+    "src/{package}/evaluate.py",
     "src/{package}/interface.py",
     "src/{package}/overfit.py",
+    "src/{package}/predict.py",
     "src/{package}/seed.py",
     "src/{package}/train.py",
     "tests/loop_recorder.py",
     "tests/test_contract.py",
+    "tests/test_predict.py",
 )
 
 
@@ -174,6 +177,7 @@ def test_render_with_the_longest_allowed_name_is_lint_clean(tmp_path, options):
     assert check.returncode == 0, check.stdout + check.stderr
     fmt = run([PYTHON, "-m", "ruff", "format", "--check", "--no-cache", "."], cwd=project)
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
 
 # Imports every module of the package, prints what train.py records, then lets pytest
 # collect the project's tests in the same interpreter (torch is imported once): about 3 s.

@@ -41,11 +41,11 @@ def venv_sharing_these_packages(venv: Path) -> Path:
 
 
 def tree(root: Path) -> dict[str, str]:
-    """Every file's text by relative path, the copier answers file aside."""
+    """Every file's text by relative path, the copier answers file and git's folder aside."""
     files = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and rel != ".copier-answers.yml":
+        if path.is_file() and rel != ".copier-answers.yml" and ".git" not in path.parts:
             files[rel] = path.read_text()
     return files
 

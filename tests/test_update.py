@@ -74,10 +74,8 @@ def new_project(tmp_path, repo, *args, name="proj"):
         cli.app, ["new", str(tmp_path / name), "-y", "--no-smoke", "--template", str(repo), *args]
     )
     assert result.exit_code == 0, result.output
-    project = tmp_path / name
-    git(project, "init", "-q", "-b", "main")
-    commit_all(project, "generated")
-    return project
+    assert "  git repository made: first commit " in result.output  # update needs nothing more
+    return tmp_path / name
 
 
 def make_user_edits(project) -> None:
@@ -190,7 +188,9 @@ def test_dirty_or_untracked_tree_is_refused_and_nothing_changes(tmp_path, templa
 
 
 def test_project_outside_git_is_refused(tmp_path, template_repo):
-    result = runner.invoke(cli.app, ["new", str(tmp_path / "loose"), "-y", "--no-smoke"])
+    result = runner.invoke(
+        cli.app, ["new", str(tmp_path / "loose"), "-y", "--no-smoke", "--no-git"]
+    )
     assert result.exit_code == 0
     refused = update(tmp_path / "loose")
     assert refused.exit_code == 1 and "is not in a git repository" in refused.output
@@ -294,9 +294,7 @@ def test_pip_installed_scaffold_updates_its_projects_across_versions(tmp_path):
     recorded = answers(project)
     assert recorded["_src_path"] == str(tmp_path / "scaffold-home" / "template.bundle")
     assert recorded["_commit"]
-    git(project, "init", "-q", "-b", "main")
-    commit_all(project, "generated")
-    make_user_edits(project)
+    make_user_edits(project)  # on the repository scaffold new made
 
     scaffold = venv_with(wheels["B"])
     checked = run([str(scaffold), "update", "--check"], project, env=env)

@@ -144,7 +144,7 @@ def test_copier_failure_after_repointing_restores_the_project(tmp_path, template
     result = update(project, "--template", str(fork))
     one_line_error(result, 1, "copier could not update the project: ", "the project is as it was")
     assert state(project) == before
-    assert git(project, "log", "--format=%s") == "generated"
+    assert git(project, "rev-list", "--count", "HEAD") == "1"  # scaffold new's commit only
     release_version_b(template_repo)
     later = update(project)
     assert later.exit_code == 0, later.output
@@ -253,8 +253,6 @@ def test_gone_copy_of_scaffolds_own_template_is_repointed_and_said(
     assert result.exit_code == 0, result.output
     project = tmp_path / "own"
     assert answers(project)["_src_path"] == str(template_repo)
-    git(project, "init", "-q", "-b", "main")
-    commit_all(project, "generated")
     gone = str(tmp_path / "old-home" / "template.bundle")  # scaffold's bundle, home since moved
     record_source(project, gone)
     updated = update(project)

@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         reps = 2 if args.quick else 7
         times = time_command(
             {
-                "scaffold new (no smoke)": [*scaffold, "new", "p-s-{i}", "-y", "--no-smoke", "-q"],
+                "scaffold new (no smoke)": [*scaffold, "new", "p-s-{i}", "-y", "--no-smoke", "--no-git", "-q"],
                 "copier copy": [
                     "copier",
                     "copy",
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| command | median seconds (min-max) |",
         "|---|---|",
-        f"| scaffold new DEST -y --no-smoke | {summary(new)} |",
+        f"| scaffold new DEST -y --no-smoke --no-git | {summary(new)} |",
         f"| copier copy, same answers | {summary(copy)} |",
         f"| ratio scaffold new / copier copy | {ratio:.2f} |",
         f"| scaffold --help | {summary(help_)} |",

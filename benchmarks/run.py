@@ -362,7 +362,15 @@ def main(argv: list[str] | None = None) -> int:
         reps = 2 if args.quick else 7
         times = time_command(
             {
-                "scaffold new (no smoke)": [*scaffold, "new", "p-s-{i}", "-y", "--no-smoke", "--no-git", "-q"],
+                "scaffold new (no smoke)": [
+                    *scaffold,
+                    "new",
+                    "p-s-{i}",
+                    "-y",
+                    "--no-smoke",
+                    "--no-git",
+                    "-q",
+                ],
                 "copier copy": [
                     "copier",
                     "copy",

@@ -1,9 +1,11 @@
 """The mutation suite: each silent loop bug, injected into a render, fails a test naming it."""
 
+import shutil
+
 import pytest
 
 from tests.conftest import TASKS, combo_id
-from tests.mutants import COVERING, MUTANTS, run_mutant
+from tests.mutants import COVERING, MUTANTS, MutationError, apply_edit, run_mutant
 
 CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
 
@@ -28,6 +30,25 @@ def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
         assert {getattr(o, name) for o in COVERING} == {False, True}, name
     assert {o.scheduler for o in COVERING} == {"cosine", "plateau"}
     assert {o.task for o in COVERING} == set(TASKS)
+
+
+@pytest.mark.parametrize("options", COVERING, ids=combo_id)
+def test_every_mutant_still_matches_the_rendered_code(render_combo, tmp_path, options):
+    # Seconds, where the slow test below takes minutes a mutant: a template edit that moves an
+    # anchored line fails here first, naming every mutant it broke.
+    project = render_combo(options).dest
+    package = tmp_path / "package"
+    shutil.copytree(project / "src" / project.name.replace("-", "_"), package)
+    broken = []
+    for mutant in (m for m in MUTANTS if m.applies(options)):
+        original = (package / mutant.file).read_text()
+        try:
+            for edit in mutant.edits:
+                apply_edit(package / mutant.file, edit)
+        except MutationError as err:
+            broken.append(f"{mutant.slug}: {err}")
+        (package / mutant.file).write_text(original)
+    assert not broken, "\n".join(broken)
 
 
 @pytest.mark.slow

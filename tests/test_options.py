@@ -62,6 +62,8 @@ def test_names_from_dest(dest, expected):
         ("class", "'class' would shadow a Python keyword"),
         ("import", "'import' would shadow"),
         ("torch", "'torch' would shadow"),
+        ("tqdm", "'tqdm' would shadow"),
+        ("matplotlib", "'matplotlib' would shadow"),
         ("json", "'json' would shadow"),
         ("src", "'src' would shadow"),
         ("pytest", "'pytest' would shadow"),

@@ -48,12 +48,14 @@ SHARED_FILES = (
     "src/{package}/evaluate.py",
     "src/{package}/interface.py",
     "src/{package}/overfit.py",
+    "src/{package}/plot.py",
     "src/{package}/predict.py",
     "src/{package}/seed.py",
     "src/{package}/train.py",
     "tests/loop_recorder.py",
     "tests/test_contract.py",
     "tests/test_predict.py",
+    "tests/test_watch.py",
 )
 
 

@@ -1,7 +1,7 @@
 """One rank of a torchrun launch from tests/test_distributed.py, with a record of what it did.
 
-Runs `python -m classification_distributed.train ARGS` as this rank and saves to $RECORD/rank<N>.pt
-the sample indices of each training batch it took, the files it wrote, its final weights,
+Runs the project's `train` module with ARGS as this rank and saves to $RECORD/rank<N>.pt the
+sample indices of each training batch it took, the files it wrote, its final weights,
 its number of epochs, and the epoch of the last.pt it read back right after training.
 $VAL_OFFSETS=fall (or rise) adds a different offset to each rank's validation loss, falling on
 one rank and rising on the other, so a decision made on one rank's own loss would differ
@@ -92,7 +92,11 @@ if os.environ.get("M2_PROBE"):
     # One backward through DDP on this rank's part of the first N training samples, in eval
     # mode (BatchNorm with its running statistics, so samples do not depend on each other).
     from classification_distributed.config import load_config
-    from classification_distributed.distributed import average_by_samples, start, stop
+    from classification_distributed.distributed import (
+        average_by_samples,
+        start,
+        stop,
+    )
     from classification_distributed.model import build_model
 
     ctx, device = start(torch.device("cpu"), 30)

@@ -12,7 +12,9 @@ import warnings
 import pytest
 import torch
 
-from classification_distributed import checkpoint as checkpoint_module
+from classification_distributed import (
+    checkpoint as checkpoint_module,
+)
 from classification_distributed import train
 from classification_distributed.checkpoint import (
     CheckpointError,

@@ -7,7 +7,7 @@ import pytest
 
 import task_cases
 from classification_distributed import train
-from classification_distributed.config import (  # one name a line: fits any package name
+from classification_distributed.config import (
     Config,
     ConfigError,
     dump_config,

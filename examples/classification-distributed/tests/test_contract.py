@@ -15,7 +15,10 @@ import loop_recorder
 from classification_distributed import data as data_module
 from classification_distributed import train
 from classification_distributed.config import Config
-from classification_distributed.engine import evaluate, train_one_epoch
+from classification_distributed.engine import (
+    evaluate,
+    train_one_epoch,
+)
 from classification_distributed.model import build_model
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

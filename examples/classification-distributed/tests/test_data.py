@@ -9,7 +9,11 @@ import torch
 
 from classification_distributed import data as data_module
 from classification_distributed import train
-from classification_distributed.data import DataError, load_data, read_csv
+from classification_distributed.data import (
+    DataError,
+    load_data,
+    read_csv,
+)
 
 
 def write_csv(path: Path, content: str | bytes) -> str:

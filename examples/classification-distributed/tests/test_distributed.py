@@ -234,7 +234,9 @@ def test_M8_a_rank_that_fails_stops_the_others(tmp_path):
     started = time.perf_counter()
     launch(tmp_path, 2, *run, env={"CRASH_IN_EPOCH": "2"}, expect=1)
     seconds = time.perf_counter() - started
-    assert seconds < 25, f"M8: the other rank went on for {seconds:.0f} s after rank 1 failed"
+    # A hang lasts until the launch's 300 s timeout; a stop takes the start-up of two
+    # processes (seconds, several times longer on a loaded machine) plus at most dist_timeout.
+    assert seconds < 90, f"M8: the other rank went on for {seconds:.0f} s after rank 1 failed"
     assert torch.load(tmp_path / "run" / "last.pt", weights_only=False)["epoch"] == 1
 
 

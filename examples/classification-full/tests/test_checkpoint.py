@@ -12,7 +12,9 @@ import warnings
 import pytest
 import torch
 
-from classification_full import checkpoint as checkpoint_module
+from classification_full import (
+    checkpoint as checkpoint_module,
+)
 from classification_full import train
 from classification_full.checkpoint import (
     CheckpointError,

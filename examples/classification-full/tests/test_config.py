@@ -7,7 +7,7 @@ import pytest
 
 import task_cases
 from classification_full import train
-from classification_full.config import (  # one name a line: fits any package name
+from classification_full.config import (
     Config,
     ConfigError,
     dump_config,

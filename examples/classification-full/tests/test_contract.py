@@ -15,7 +15,10 @@ import loop_recorder
 from classification_full import data as data_module
 from classification_full import train
 from classification_full.config import Config
-from classification_full.engine import evaluate, train_one_epoch
+from classification_full.engine import (
+    evaluate,
+    train_one_epoch,
+)
 from classification_full.model import build_model
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -12,7 +12,9 @@ import warnings
 import pytest
 import torch
 
-from classification_minimal import checkpoint as checkpoint_module
+from classification_minimal import (
+    checkpoint as checkpoint_module,
+)
 from classification_minimal import train
 from classification_minimal.checkpoint import (
     CheckpointError,

@@ -7,7 +7,7 @@ import pytest
 
 import task_cases
 from classification_minimal import train
-from classification_minimal.config import (  # one name a line: fits any package name
+from classification_minimal.config import (
     Config,
     ConfigError,
     dump_config,

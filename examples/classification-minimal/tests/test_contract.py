@@ -15,7 +15,10 @@ import loop_recorder
 from classification_minimal import data as data_module
 from classification_minimal import train
 from classification_minimal.config import Config
-from classification_minimal.engine import evaluate, train_one_epoch
+from classification_minimal.engine import (
+    evaluate,
+    train_one_epoch,
+)
 from classification_minimal.model import build_model
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -9,7 +9,11 @@ import torch
 
 from classification_minimal import data as data_module
 from classification_minimal import train
-from classification_minimal.data import DataError, load_data, read_csv
+from classification_minimal.data import (
+    DataError,
+    load_data,
+    read_csv,
+)
 
 
 def write_csv(path: Path, content: str | bytes) -> str:

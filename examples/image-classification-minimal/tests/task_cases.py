@@ -1,9 +1,15 @@
 """This task's settings as the shared tests use them: a small run, bad values, resume checks."""
 
 import math
+import shutil
+
+import numpy as np
+from PIL import Image
 
 # --set values for a run that takes a fraction of a second; the tests add --device cpu.
 SMALL = ["n_samples=256", "image_size=16", "width=8", "depth=2"]
+# The same for a run on the files of write_labelled below.
+SMALL_ON_FILES = ["image_size=12", "width=8", "depth=2", "cache_dir=", "workers=0"]
 
 # Each bad value of the task's own settings, as --set and as a TOML line, and its message.
 BAD_VALUES = [
@@ -49,3 +55,58 @@ def assert_learned(history: list[dict], cfg, data) -> None:
     chance = 1 / cfg.n_classes
     assert last["val_accuracy"] > 0.8 > 3 * chance, last
     assert math.isfinite(last["train_loss"])
+
+
+# ---------------------------------------------------------------------------------------------
+# New data for tests/test_predict.py: folders in the layouts predict and evaluate accept.
+
+
+def _save(path, pixels) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path)
+
+
+def write_labelled(folder, seed: int) -> str:
+    """A folder of 2 classes x 30 small PNG images (dark and light noise) to train on."""
+    rng = np.random.default_rng(seed)
+    root = folder / "labelled"
+    for name, level in (("dark", 60), ("light", 190)):
+        for i in range(30):
+            pixels = rng.normal(level, 40, (12, 14, 3)).clip(0, 255).astype(np.uint8)
+            _save(root / name / f"{i:02d}.png", pixels)
+    return str(root)
+
+
+def rewrite(labelled: str, folder) -> str:
+    """The same images, unlabelled: the same relative paths under another folder."""
+    root = folder / "unlabelled"
+    shutil.copytree(labelled, root)
+    return str(root)
+
+
+def _folder(folder, files: dict) -> str:
+    root = folder / "new"
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            _save(path, content)
+    return str(root)
+
+
+GREY = np.full((9, 9, 3), 128, np.uint8)
+# (id, writer of a bad input, whether evaluate reads it (else predict), the error's words)
+NEW_DATA_REFUSALS = [
+    ("no-images", lambda d: _folder(d, {"notes.txt": b"hi"}), False, "holds no images"),
+    ("broken-image", lambda d: _folder(d, {"a.png": b"not a png"}), False, "not a valid image"),
+    ("missing", lambda d: str(d / "nowhere"), False, "nowhere"),
+    (
+        "unknown-class",
+        lambda d: _folder(d, {"dark/a.png": GREY, "zebra/b.png": GREY}),
+        True,
+        "label 'zebra' is not a class the model was trained on (dark, light)",
+    ),
+    ("no-class-folders", lambda d: _folder(d, {"a.png": GREY}), True, "no class folders"),
+]

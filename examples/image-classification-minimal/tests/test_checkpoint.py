@@ -12,7 +12,9 @@ import warnings
 import pytest
 import torch
 
-from image_classification_minimal import checkpoint as checkpoint_module
+from image_classification_minimal import (
+    checkpoint as checkpoint_module,
+)
 from image_classification_minimal import train
 from image_classification_minimal.checkpoint import (
     CheckpointError,

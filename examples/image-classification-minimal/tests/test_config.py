@@ -7,7 +7,7 @@ import pytest
 
 import task_cases
 from image_classification_minimal import train
-from image_classification_minimal.config import (  # one name a line: fits any package name
+from image_classification_minimal.config import (
     Config,
     ConfigError,
     dump_config,

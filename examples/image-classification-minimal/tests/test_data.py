@@ -13,7 +13,7 @@ from PIL import Image
 
 from image_classification_minimal import images as images_module
 from image_classification_minimal import train
-from image_classification_minimal.augment import (  # one name a line: fits any package name
+from image_classification_minimal.augment import (
     channel_stats,
     normalize,
 )
@@ -461,11 +461,11 @@ def test_runs_cache_in_the_users_cache_folder_wherever_they_start(tmp_path, monk
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": str(SRC)}
     argv = ["--data", str(root), "--epochs", "1", "--out", str(tmp_path / "run")]
     argv += ["--set", "image_size=8", "--set", "channels=1", "--set", "batch_size=2"]
-    command = [sys.executable, "-m", "image_classification_minimal.train", *argv]
+    command = [sys.executable, "-m", train.__name__, *argv]
     result = subprocess.run(command, cwd=tmp_path / "cwd", env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "decoded from 6 files" in result.stdout
-    cached = list((tmp_path / "xdg" / "image_classification_minimal" / "images").iterdir())
+    cached = list((tmp_path / "xdg" / train.__package__ / "images").iterdir())
     assert len(cached) == 1 and cached[0].name.startswith("images-")
     assert list((tmp_path / "cwd").iterdir()) == []  # nothing where the run started
 

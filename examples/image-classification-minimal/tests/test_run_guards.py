@@ -25,7 +25,11 @@ from image_classification_minimal.data import (
     DataError,
     load_data,
 )
-from image_classification_minimal.engine import CHECK_EVERY, NonFiniteLoss, train_one_epoch
+from image_classification_minimal.engine import (
+    CHECK_EVERY,
+    NonFiniteLoss,
+    train_one_epoch,
+)
 from image_classification_minimal.model import build_model
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -214,8 +218,8 @@ def test_a_fresh_run_into_a_used_out_is_refused(tmp_path, capsys, seed):
     )
     assert code == 2 and lines == []
     assert errors == [
-        f"error: --out {out} holds an earlier run (metrics.csv, last.pt, best.pt); continue it "
-        f"with --resume {out / 'last.pt'}, or replace its files with --overwrite"
+        f"error: --out {out} holds an earlier run (metrics.csv, last.pt, best.pt, curves.png); "
+        f"continue it with --resume {out / 'last.pt'}, or replace its files with --overwrite"
     ]
     assert snapshot(out) == before
 
@@ -255,7 +259,7 @@ def test_resuming_into_a_folder_of_another_run_is_refused(tmp_path, capsys):
     assert code == 2
     assert errors == [
         f"error: --out {tmp_path / 'b'} holds another run's files (metrics.csv, last.pt, "
-        f"best.pt); resume into {tmp_path / 'a'} (the default) or an empty folder"
+        f"best.pt, curves.png); resume into {tmp_path / 'a'} (the default) or an empty folder"
     ]
     assert snapshot(tmp_path / "b") == before
 

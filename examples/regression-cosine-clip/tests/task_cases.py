@@ -1,9 +1,13 @@
 """This task's settings as the shared tests use them: a small run, bad values, resume checks."""
 
+import csv
 import math
+import random
 
 # --set values for a run that takes a fraction of a second; the tests add --device cpu.
 SMALL = ["n_samples=256", "hidden_dim=16"]
+# The same for a run on the files of write_labelled below.
+SMALL_ON_FILES = ["hidden_dim=16"]
 
 # Each bad value of the task's own settings, as --set and as a TOML line, and its message.
 BAD_VALUES = [
@@ -49,3 +53,57 @@ def assert_learned(history: list[dict], cfg, data) -> None:
     target_std = (data.val.targets.std() * data.task.target_std).item()
     assert last["val_rmse"] < 0.5 * target_std, (last, target_std)
     assert math.isfinite(last["train_loss"])
+
+
+# ---------------------------------------------------------------------------------------------
+# New data for tests/test_predict.py: files in the layouts predict and evaluate accept.
+
+
+def write_labelled(folder, seed: int) -> str:
+    """A CSV file of 120 rows, with the feature columns x0..x3 and the target, to train on."""
+    rng = random.Random(seed)
+    path = folder / "labelled.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["x0", "x1", "x2", "x3", "target"])
+        for _ in range(120):
+            row = [round(rng.gauss(0, 1), 4) for _ in range(4)]
+            writer.writerow([*row, round(2 * row[0] - row[1] + rng.gauss(0, 0.1), 4)])
+    return str(path)
+
+
+def rewrite(labelled: str, folder) -> str:
+    """The same rows without their target, the columns in another order, and one more column."""
+    with open(labelled, newline="") as f:
+        rows = list(csv.DictReader(f))
+    path = folder / "unlabelled.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["note", "x3", "x1", "x2", "x0"])
+        for row in rows:
+            writer.writerow(["any text", row["x3"], row["x1"], row["x2"], row["x0"]])
+    return str(path)
+
+
+def _csv(folder, text: str) -> str:
+    path = folder / "new.csv"
+    path.write_text(text)
+    return str(path)
+
+
+# (id, writer of a bad input, whether evaluate reads it (else predict), the error's words)
+NEW_DATA_REFUSALS = [
+    ("missing-column", lambda d: _csv(d, "x0,x1,x3\n1,2,3\n"), False, "no column 'x2'"),
+    ("text-cell", lambda d: _csv(d, "x0,x1,x2,x3\n1,2,three,4\n"), False, ":2:3: column 'x2'"),
+    ("empty-cell", lambda d: _csv(d, "x0,x1,x2,x3\n1,,3,4\n"), False, "column 'x1' is empty"),
+    ("header-only", lambda d: _csv(d, "x0,x1,x2,x3\n"), False, "at least one data row"),
+    ("short-row", lambda d: _csv(d, "x0,x1,x2,x3\n1,2,3\n"), False, ":2: 3 fields"),
+    ("no-target", lambda d: _csv(d, "x0,x1,x2,x3\n1,2,3,4\n"), True, "no target column"),
+    ("folder", lambda d: str(d), False, "is a folder"),
+    (
+        "text-target",
+        lambda d: _csv(d, "x0,x1,x2,x3,target\n1,2,3,4,high\n"),
+        True,
+        "target 'target' is not a number",
+    ),
+]

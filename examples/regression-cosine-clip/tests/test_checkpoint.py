@@ -12,7 +12,9 @@ import warnings
 import pytest
 import torch
 
-from regression_cosine_clip import checkpoint as checkpoint_module
+from regression_cosine_clip import (
+    checkpoint as checkpoint_module,
+)
 from regression_cosine_clip import train
 from regression_cosine_clip.checkpoint import (
     CheckpointError,

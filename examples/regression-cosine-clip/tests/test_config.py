@@ -7,7 +7,7 @@ import pytest
 
 import task_cases
 from regression_cosine_clip import train
-from regression_cosine_clip.config import (  # one name a line: fits any package name
+from regression_cosine_clip.config import (
     Config,
     ConfigError,
     dump_config,

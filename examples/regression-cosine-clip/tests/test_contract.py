@@ -15,7 +15,10 @@ import loop_recorder
 from regression_cosine_clip import data as data_module
 from regression_cosine_clip import train
 from regression_cosine_clip.config import Config
-from regression_cosine_clip.engine import evaluate, train_one_epoch
+from regression_cosine_clip.engine import (
+    evaluate,
+    train_one_epoch,
+)
 from regression_cosine_clip.model import build_model
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -9,7 +9,11 @@ import torch
 
 from regression_cosine_clip import data as data_module
 from regression_cosine_clip import train
-from regression_cosine_clip.data import DataError, load_data, read_csv
+from regression_cosine_clip.data import (
+    DataError,
+    load_data,
+    read_csv,
+)
 
 
 def write_csv(path: Path, content: str | bytes) -> str:

@@ -1,9 +1,13 @@
 """This task's settings as the shared tests use them: a small run, bad values, resume checks."""
 
+import csv
 import math
+import random
 
 # --set values for a run that takes a fraction of a second; the tests add --device cpu.
 SMALL = ["n_samples=256", "embedding_dim=16", "width=16"]
+# The same for a run on the files of write_labelled below.
+SMALL_ON_FILES = ["embedding_dim=16", "width=16", "min_freq=1"]
 
 # Each bad value of the task's own settings, as --set and as a TOML line, and its message.
 BAD_VALUES = [
@@ -48,3 +52,62 @@ def assert_learned(history: list[dict], cfg, data) -> None:
     last = history[-1]
     assert last["val_accuracy"] > 0.8, last
     assert math.isfinite(last["train_loss"])
+
+
+# ---------------------------------------------------------------------------------------------
+# New data for tests/test_predict.py: files in the layouts predict and evaluate accept.
+
+WORDS = {"good": ["great", "fine", "lovely", "superb"], "bad": ["awful", "poor", "dull", "sad"]}
+
+
+def write_labelled(folder, seed: int) -> str:
+    """A CSV file of 120 short documents in 2 classes to train on, with an id column too."""
+    rng = random.Random(seed)
+    path = folder / "labelled.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text", "target"])
+        for i in range(120):
+            label = rng.choice(sorted(WORDS))
+            # Of many lengths: validation and prediction batches go by length, not file order.
+            words = [rng.choice(WORDS[label]) for _ in range(rng.randint(1, 4))]
+            words += ["the", "film", "was", "seen"][: rng.randint(0, 4)]
+            rng.shuffle(words)
+            writer.writerow([f"doc{i}", " ".join(words), label])
+    return str(path)
+
+
+def rewrite(labelled: str, folder) -> str:
+    """The same documents without labels, the columns in another order."""
+    with open(labelled, newline="") as f:
+        rows = list(csv.DictReader(f))
+    path = folder / "unlabelled.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "source", "id"])
+        for row in rows:
+            writer.writerow([row["text"], "web", row["id"]])
+    return str(path)
+
+
+def _file(folder, name: str, content: bytes) -> str:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return str(path)
+
+
+# (id, writer of a bad input, whether evaluate reads it (else predict), the error's words)
+NEW_DATA_REFUSALS = [
+    ("no-text-column", lambda d: _file(d, "a.csv", b"body\nhello\n"), False, "no column 'text'"),
+    ("no-target", lambda d: _file(d, "a.csv", b"text\nhello\n"), True, "no column 'target'"),
+    ("bad-utf8", lambda d: _file(d, "a.csv", b"text\nh\xffi\n"), False, ":2:2: byte 0xff"),
+    ("no-documents", lambda d: _file(d, "a.csv", b"text\n"), False, "no documents"),
+    ("no-txt-files", lambda d: str(d), False, "holds no .txt files"),
+    (
+        "unknown-class",
+        lambda d: _file(d, "a.csv", b"text,target\nfine film,good\nodd film,meh\n"),
+        True,
+        "document 2: label 'meh' is not a class the model was trained on (bad, good)",
+    ),
+]

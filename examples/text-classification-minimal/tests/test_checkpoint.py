@@ -12,7 +12,9 @@ import warnings
 import pytest
 import torch
 
-from text_classification_minimal import checkpoint as checkpoint_module
+from text_classification_minimal import (
+    checkpoint as checkpoint_module,
+)
 from text_classification_minimal import train
 from text_classification_minimal.checkpoint import (
     CheckpointError,

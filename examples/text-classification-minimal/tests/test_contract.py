@@ -15,7 +15,10 @@ import loop_recorder
 from text_classification_minimal import data as data_module
 from text_classification_minimal import train
 from text_classification_minimal.config import Config
-from text_classification_minimal.engine import evaluate, train_one_epoch
+from text_classification_minimal.engine import (
+    evaluate,
+    train_one_epoch,
+)
 from text_classification_minimal.model import build_model
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,7 +11,10 @@ import pytest
 import torch
 
 import task_cases
-from text_classification_minimal.checkpoint import CheckpointError, load_checkpoint
+from text_classification_minimal.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL")
 
@@ -31,11 +34,14 @@ import io, json, os, runpy, signal, sys, traceback
 
 import torch
 
-from text_classification_minimal import checkpoint, seed
+from text_classification_minimal import checkpoint, plot, seed
 
 TRAIN = checkpoint.__name__.rpartition(".")[0] + ".train"  # the module python -m would run
 
 seed.seed_everything(0)  # imports what every run needs before the forks share it
+if plot.have_matplotlib():  # and what a finished run draws its curves.png with
+    from matplotlib.backends import backend_agg
+    from matplotlib import figure
 
 
 def write_half_then_die(state, f):

@@ -58,10 +58,12 @@ def train_one_epoch(
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     task,
+    bar=None,
 ) -> dict[str, float]:
     """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss.
 
-    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan.
+    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan. `bar`, a tqdm
+    progress bar or None, advances one step per batch.
     """
     model.train()  # R9: evaluate() left the model in eval mode
     losses, sizes = [], []
@@ -79,6 +81,8 @@ def train_one_epoch(
             bad = sum_over_ranks(torch.isfinite(losses[-1]).logical_not().double())
             if bad.item():
                 break
+        if bar is not None:
+            show_progress(bar, losses)
     # R12: weighted by batch size, so a smaller last batch counts for the samples it holds;
     # M3: the sums of every rank, so each rank reports the loss over the whole epoch.
     weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
@@ -93,6 +97,19 @@ def train_one_epoch(
         step = int(bad[0])
         raise NonFiniteLoss("training", per_step[step].item(), step + 1)
     return {"loss": mean_loss}
+
+
+def show_progress(bar, losses: list) -> None:
+    """Advance the bar one step, and show the mean loss of the last CHECK_EVERY steps.
+
+    The loss is read only at the steps where the divergence check has just waited for the
+    device: reading it at every step would wait for the device at every step (R11).
+    """
+    bar.update()
+    step = len(losses)
+    if step % CHECK_EVERY == 0:
+        recent = losses[-CHECK_EVERY:]
+        bar.set_postfix_str(f"loss {float(sum(recent)) / len(recent):.4f}")
 
 
 @torch.no_grad()  # R10: no autograd graph is built or kept during validation

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .interface import UnknownLabel
 from .task import Task, empty_targets, make_synthetic, parse_target
 
 
@@ -96,8 +97,15 @@ def read_csv(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, lis
     try:
         with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
             reader = csv.reader(_lines(f, path))
-            header = _read_header(reader, path, target)
-            return _read_rows(reader, path, header, target)
+            header = _read_header(reader, path)
+            if target not in header:
+                raise DataError(f"{path}: no column '{target}' (columns: {', '.join(header)})")
+            if len(header) < 2:
+                raise DataError(f"{path}: no feature columns besides '{target}'")
+            t = header.index(target)
+            columns = [i for i in range(len(header)) if i != t]
+            features, targets, _ = _read_rows(reader, path, header, columns, t)
+            return features, targets, [header[i] for i in columns]
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror}") from None
     except MemoryError:
@@ -154,7 +162,7 @@ def _next_row(reader, path: str | Path) -> tuple[int, list[str] | None]:
         raise DataError(f"{path}:{line}: not valid CSV ({err}); check the quoting") from None
 
 
-def _read_header(reader, path: str | Path, target: str) -> list[str]:
+def _read_header(reader, path: str | Path) -> list[str]:
     _, row = _next_row(reader, path)
     if row is None:
         raise DataError(f"{path} is empty; it needs a header row and at least one data row")
@@ -171,20 +179,17 @@ def _read_header(reader, path: str | Path, target: str) -> list[str]:
             f"{path}:1: duplicate column names: {', '.join(duplicates)}; "
             "every column needs its own name"
         )
-    if target not in counts:
-        raise DataError(f"{path}: no column '{target}' (columns: {', '.join(header)})")
-    if len(header) < 2:
-        raise DataError(f"{path}: no feature columns besides '{target}'")
     return header
 
 
 def _read_rows(
-    reader, path: str | Path, header: list[str], target: str
-) -> tuple[torch.Tensor, Sequence, list[str]]:
-    t = header.index(target)
-    columns = [i for i in range(len(header)) if i != t]
+    reader, path: str | Path, header: list[str], columns: list[int], t: int | None
+) -> tuple[torch.Tensor, Sequence, array]:
+    """The float32 features of `columns`, in that order, the parsed targets of column t (none
+    when t is None), and the line each row starts on."""
     features = array("f")
     targets = empty_targets()
+    lines = array("q")
     while True:
         first_line, row = _next_row(reader, path)
         if row is None:
@@ -209,15 +214,17 @@ def _read_rows(
                     "finite float32 number (at most 3.4e38); fix or drop the row"
                 )
             features.append(value)
+        lines.append(first_line)
+        if t is None:
+            continue
         try:
             targets.append(parse_target(row[t]))
         except ValueError as err:
-            raise DataError(f"{path}:{first_line}:{t + 1}: target '{target}' {err}") from None
-    if not targets:
+            raise DataError(f"{path}:{first_line}:{t + 1}: target '{header[t]}' {err}") from None
+    if not lines:
         raise DataError(f"{path}: needs a header row and at least one data row")
-    names = [header[i] for i in columns]
-    matrix = torch.frombuffer(features, dtype=torch.float32).view(len(targets), len(columns))
-    return matrix, targets, names
+    matrix = torch.frombuffer(features, dtype=torch.float32).view(len(lines), len(columns))
+    return matrix, targets, lines
 
 
 def load_data(cfg) -> Data:
@@ -258,6 +265,56 @@ def load_data(cfg) -> Data:
             raise
         shape = f"{n} samples x {features.shape[1]} features"
         raise DataError(f"{shape} do not fit in memory; train on a sample of the rows") from None
+
+
+class NewData:
+    """CSV files the model has not seen, standardised with its training run's statistics."""
+
+    def __init__(self, state: dict, cfg) -> None:
+        self.feature_names = list(state["feature_names"])
+        self.mean, self.std = state["feature_mean"], state["feature_std"]
+        self.target = cfg.target.strip()
+        self.input_shape = (len(self.feature_names),)
+
+    def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
+        """The rows of a CSV file; ids are row numbers (1: the first row after the header).
+
+        Feature columns are found by name, in any order; other columns are ignored, and so is
+        the target column unless labelled. A missing feature column is refused: filling it in
+        would predict from a value the model never saw.
+        """
+        _check_regular_file(path)
+        try:
+            with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+                reader = csv.reader(_lines(f, path))
+                header = _read_header(reader, path)
+                missing = [name for name in self.feature_names if name not in header]
+                if missing:
+                    raise DataError(
+                        f"{path}: no column {', '.join(repr(n) for n in missing[:5])}"
+                        f"{' and others' if len(missing) > 5 else ''}; the model reads the "
+                        f"{len(self.feature_names)} feature columns it was trained on"
+                    )
+                if labelled and self.target not in header:
+                    raise DataError(
+                        f"{path}: no target column '{self.target}'; evaluation compares "
+                        "predictions with it (predict needs no target)"
+                    )
+                columns = [header.index(name) for name in self.feature_names]
+                t = header.index(self.target) if labelled else None
+                features, labels, lines = _read_rows(reader, path, header, columns, t)
+        except OSError as err:
+            raise DataError(f"cannot read {path}: {err.strerror}") from None
+        except MemoryError:
+            raise DataError(f"{path} does not fit in memory; split it into parts") from None
+        targets = torch.arange(len(lines))  # unlabelled: each row's position (interface.py)
+        if labelled:
+            try:
+                targets = task.encode_labels(list(labels))
+            except UnknownLabel as err:
+                raise DataError(f"{path}:{lines[err.index]}: {err}") from None
+        features.sub_(self.mean).div_(self.std)  # the training statistics, as in training
+        return [str(row) for row in range(1, len(lines) + 1)], Split(features, targets)
 
 
 class Batches:

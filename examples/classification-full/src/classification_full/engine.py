@@ -55,10 +55,12 @@ def train_one_epoch(
     scaler: torch.amp.GradScaler,
     amp_dtype: torch.dtype,
     max_grad_norm: float,
+    bar=None,
 ) -> dict[str, float]:
     """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss.
 
-    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan.
+    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan. `bar`, a tqdm
+    progress bar or None, advances one step per batch.
     """
     model.train()  # R9: evaluate() left the model in eval mode
     # With fp16 the scaler skips updates whose gradients overflowed; the optimizer's own step
@@ -82,6 +84,8 @@ def train_one_epoch(
         sizes.append(len(targets))
         if len(losses) % CHECK_EVERY == 0 and not torch.isfinite(losses[-1]):
             break
+        if bar is not None:
+            show_progress(bar, losses)
     # R12: weighted by batch size, so a smaller last batch counts for the samples it holds.
     weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
     per_step = torch.stack(losses).double()
@@ -91,6 +95,19 @@ def train_one_epoch(
         raise NonFiniteLoss("training", per_step[step].item(), step + 1)
     skipped = len(losses) - (applied_updates(optimizer) - updates_before)
     return {"loss": mean_loss, "skipped_steps": skipped}
+
+
+def show_progress(bar, losses: list) -> None:
+    """Advance the bar one step, and show the mean loss of the last CHECK_EVERY steps.
+
+    The loss is read only at the steps where the divergence check has just waited for the
+    device: reading it at every step would wait for the device at every step (R11).
+    """
+    bar.update()
+    step = len(losses)
+    if step % CHECK_EVERY == 0:
+        recent = losses[-CHECK_EVERY:]
+        bar.set_postfix_str(f"loss {float(sum(recent)) / len(recent):.4f}")
 
 
 def applied_updates(optimizer: torch.optim.Optimizer) -> int:

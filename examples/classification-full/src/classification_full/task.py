@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .interface import UnknownLabel
+
 METRICS = ("accuracy",)  # validation metrics, after the loss, in metrics.csv
 
 # A numeric target is refused as continuous when it has fractional values and more distinct
@@ -122,6 +124,25 @@ class Task:
 
     def epoch_metrics(self, sums: dict[str, float], count: int) -> dict[str, float]:
         return {"accuracy": sums["correct"] / count}
+
+    def encode_labels(self, labels: list) -> torch.Tensor:
+        """Class indices of parsed labels; a label the model has no output for is refused."""
+        index = {name: i for i, name in enumerate(self.classes)}
+        for position, label in enumerate(labels):
+            if label not in index:
+                known = ", ".join(self.classes[:10]) + (", ..." if len(self.classes) > 10 else "")
+                raise UnknownLabel(
+                    f"label {label!r} is not a class the model was trained on ({known})", position
+                )
+        return torch.tensor([index[label] for label in labels], dtype=torch.int64)
+
+    def predictions(self, outputs: torch.Tensor) -> dict[str, list]:
+        """The most probable class, then each class's probability (columns p_<class>)."""
+        probabilities = torch.softmax(outputs.float(), dim=1).cpu()
+        columns = {"prediction": [self.classes[i] for i in probabilities.argmax(dim=1).tolist()]}
+        for i, name in enumerate(self.classes):
+            columns[f"p_{name}"] = probabilities[:, i].tolist()
+        return columns
 
     def memorised(self, metrics: dict[str, float]) -> bool:
         """A batch is learnt by heart when every sample in it is classified correctly."""

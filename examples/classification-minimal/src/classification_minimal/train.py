@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from . import TEMPLATE_VERSION
 from .checkpoint import (
@@ -26,6 +27,7 @@ from .config import Config, ConfigError, dump_config, load_config
 from .data import DATA_FLAGS, Batches, DataError, load_data
 from .engine import NonFiniteLoss, evaluate, train_one_epoch
 from .model import build_model
+from .plot import PlotError, have_matplotlib, write_curves
 from .seed import rng_state, seed_everything, set_rng_state
 from .task import METRICS
 
@@ -45,7 +47,7 @@ PROJECT = {
     "early_stopping": False,
 }
 # The files a run writes into --out; a fresh run never mixes its files with another run's.
-RUN_FILES = ("metrics.csv", "last.pt", "best.pt")
+RUN_FILES = ("metrics.csv", "last.pt", "best.pt", "curves.png")
 # Settings a resumed run may change; every other one shapes the data, the model or the batch
 # order, so changing it would not continue the same run. (Names this project lacks are unused.)
 CHANGEABLE_ON_RESUME = (
@@ -60,6 +62,8 @@ CHANGEABLE_ON_RESUME = (
     "device",
     "deterministic",
     "out",
+    "progress",
+    "tensorboard",
 )
 
 
@@ -101,6 +105,34 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Config):
     )
 
 
+def epoch_bar(epoch: int, epochs: int, steps: int) -> tqdm:
+    """A bar over one epoch's training steps, on stderr; cleared when the epoch's line prints."""
+    return tqdm(total=steps, desc=f"epoch {epoch}/{epochs}", unit="step", leave=False)
+
+
+def load_summary_writer():
+    """torch's TensorBoard writer, imported only when asked for: tensorboard is an extra."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError(
+            'tensorboard = true needs the tensorboard package: pip install -e ".[tensorboard]" '
+            "(or set tensorboard=false)"
+        ) from None
+    return SummaryWriter
+
+
+def log_epoch(writer, row: dict) -> None:
+    """One row of metrics.csv as TensorBoard scalars, the epoch as their step."""
+    epoch = row["epoch"]
+    writer.add_scalar("loss/train", row["train_loss"], epoch)
+    writer.add_scalar("loss/val", row["val_loss"], epoch)
+    for name in METRICS:
+        writer.add_scalar(f"val/{name}", row[f"val_{name}"], epoch)
+    writer.add_scalar("lr", row["lr"], epoch)
+    writer.flush()  # TensorBoard shows each epoch as soon as it ends
+
+
 def write_metrics(path: Path, history: list[dict]) -> None:
     """Rewrite metrics.csv from the history (a resumed run drops epochs after its checkpoint).
 
@@ -122,6 +154,29 @@ def format_row(row: dict, improved: bool, seconds: float, epochs: int) -> str:
     )
     mark = "  *" if improved else ""
     return f"epoch {row['epoch']:>3}/{epochs}  lr {row['lr']:.2e}  {metrics}  {seconds:.2f}s{mark}"
+
+
+def human_duration(seconds: float) -> str:
+    """12.34 -> '12.3 s', 754 -> '12 min 34 s', 7530 -> '2 h 05 min'."""
+    if seconds < 59.95:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def summary_line(result: dict, seconds: float, out: str) -> str:
+    """The run's last line: its best epoch and that epoch's metrics, and how long it took."""
+    history = result["history"]
+    best = next(row for row in history if row["epoch"] == result["best_epoch"])
+    metrics = ", ".join(f"val_{name} {best[f'val_{name}']:.4f}" for name in METRICS)
+    return (
+        f"best val_loss {best['val_loss']:.4f} at epoch {best['epoch']} of "
+        f"{history[-1]['epoch']} ({metrics}); {human_duration(seconds)}; "
+        f"metrics and checkpoints in {out}"
+    )
 
 
 def human_size(n_bytes: float) -> str:
@@ -326,6 +381,8 @@ def fit(
     if checkpoint is not None:
         check_checkpoint(checkpoint, checkpoint_path)
         check_resume_settings(cfg, checkpoint, checkpoint_path)
+    # An optional extra: imported only when asked for, and refused before --out is touched.
+    summary_writer = load_summary_writer() if cfg.tensorboard else None
     prepare_out(out, overwrite=overwrite, checkpoint=checkpoint, checkpoint_path=checkpoint_path)
 
     seed_everything(cfg.seed, cfg.deterministic)  # S1: before any data, weights or batch order
@@ -366,17 +423,28 @@ def fit(
         history = list(checkpoint["history"])
         print(apply_resume_settings(cfg, checkpoint, optimizer, scheduler), flush=True)
 
-    epoch = start_epoch
+    show_bar = cfg.progress and sys.stderr.isatty()  # a bar only where someone watches it
+    writer = None
+    if summary_writer is not None:
+        # One step per epoch; purge_step hides the events an earlier run in this folder logged
+        # from this epoch on (those a resumed run trains again, or an overwritten run's).
+        writer = summary_writer(str(out / "tensorboard"), purge_step=start_epoch)
+
+    epoch, bar = start_epoch, None
     try:
         for epoch in range(start_epoch, cfg.epochs + 1):
             started = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
+            bar = epoch_bar(epoch, cfg.epochs, len(train_batches)) if show_bar else None
             train = train_one_epoch(
                 model,
                 train_batches,
                 optimizer,
                 data.task,
+                bar=bar,
             )
+            if bar is not None:
+                bar.close()  # the epoch's line takes its place
             val = evaluate(model, val_batches, data.task)
             if not math.isfinite(val["loss"]):
                 raise NonFiniteLoss("validation", val["loss"])
@@ -392,6 +460,8 @@ def fit(
             row.update({f"val_{name}": val[name] for name in METRICS})
             history.append(row)
             write_metrics(out / "metrics.csv", history)
+            if writer is not None:
+                log_epoch(writer, row)
 
             state = {
                 "model": model.state_dict(),
@@ -436,7 +506,18 @@ def fit(
             f"{err} at epoch {epoch}{step}; the run stopped and {kept}; lower the learning rate "
             f"(lr {lr:.2e}) or check the data for extreme values"
         ) from None
-    return {"model": model, "history": history, "best_val_loss": best_val_loss, "data": data}
+    finally:
+        if bar is not None:  # an epoch cut short: its bar goes before the error's line
+            bar.close()
+        if writer is not None:
+            writer.close()
+    return {
+        "model": model,
+        "history": history,
+        "best_epoch": best_epoch,
+        "best_val_loss": best_val_loss,
+        "data": data,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -465,7 +546,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="start afresh in an --out that holds a run: its metrics.csv, last.pt, best.pt go",
+        help="start afresh in an --out that holds a run: its files (metrics.csv, last.pt, ...) go",
+    )
+    parser.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        default=None,
+        help="no progress bar (there is none anyway when the output is not a terminal)",
     )
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved settings as TOML and exit"
@@ -484,7 +572,7 @@ def remove_empty_folders(folders: list[Path]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    flags = ("epochs", "device", "out", "seed", *DATA_FLAGS)
+    flags = ("epochs", "device", "out", "seed", "progress", *DATA_FLAGS)
     overrides = args.overrides + [
         f"{name}={getattr(args, name)}" for name in flags if getattr(args, name) is not None
     ]
@@ -503,12 +591,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         out = Path(cfg.out)
         created = [folder for folder in (out, *out.parents) if not folder.exists()]
+        started = time.perf_counter()
         try:
             result = fit(cfg, checkpoint, args.resume, overwrite=args.overwrite)
         except BaseException:
             remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
             raise
-    except (ConfigError, DataError, CheckpointError) as err:
+        seconds = time.perf_counter() - started
+        if have_matplotlib():  # an optional extra
+            write_curves([out], out / "curves.png")
+    except (ConfigError, DataError, CheckpointError, PlotError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
     except TrainingDiverged as err:
@@ -525,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted before training started; nothing was saved", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"best val_loss {result['best_val_loss']:.4f}; metrics and checkpoints in {cfg.out}")
+    print(summary_line(result, seconds, cfg.out))
     return 0
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 import torch
 
 from .augment import channel_stats, crop_and_flip, normalize
-from .images import DataError, load_image_folder
+from .images import (
+    DataError,
+    decode_all,
+    labelled_images,
+    load_image_folder,
+    unlabelled_images,
+)
+from .interface import UnknownLabel
 from .streaming import ImageFiles, loader, sample_stats
 from .synthetic import SHAPES, make_synthetic
 from .task import Task
@@ -18,7 +25,16 @@ from .task import Task
 USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache")
 DEFAULT_CACHE_DIR = str(USER_CACHE / __package__ / "images")
 
-__all__ = ["DATA_FLAGS", "Batches", "Data", "DataError", "DataSettings", "Split", "load_data"]
+__all__ = [
+    "DATA_FLAGS",
+    "Batches",
+    "Data",
+    "DataError",
+    "DataSettings",
+    "NewData",
+    "Split",
+    "load_data",
+]
 
 # The data settings that train.py also takes as flags: name -> (metavar, help).
 DATA_FLAGS = {
@@ -194,6 +210,41 @@ def _streamed(cfg, folder, generator: torch.Generator) -> Data:
         val=Split(None, val.labels, mean, std, files=val, workers=cfg.workers),
         task=Task(folder.classes),
     )
+
+
+class NewData:
+    """Image files the model has not seen, fitted and normalised as its training images were.
+
+    Images of any size or mode are scaled and centre-cropped to the training size and converted
+    to its channels, as training did; they are decoded into memory (uint8).
+    """
+
+    def __init__(self, state: dict, cfg) -> None:
+        self.input_shape = tuple(state["image_shape"])  # (channels, size, size)
+        self.mean, self.std = state["image_mean"], state["image_std"]
+        self.workers = cfg.workers
+
+    def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
+        """An image file, or every image below a folder (ids: their paths inside it).
+
+        labelled: the folder holds one folder per class, named as in training; a class the
+        model does not know is refused. Classes may be missing (a test set of one class).
+        """
+        root = Path(path)
+        if labelled:
+            paths, names = labelled_images(root)
+            try:
+                targets = task.encode_labels(names)
+            except UnknownLabel as err:
+                raise DataError(f"{root / names[err.index]}: {err}") from None
+        else:
+            paths = [root] if root.is_file() else unlabelled_images(root)
+            targets = torch.arange(len(paths))  # each image's position (interface.py)
+        channels, size, _ = self.input_shape
+        threads = max(1, self.workers)
+        decoded = decode_all(paths, [0] * len(paths), size, channels, False, threads)
+        ids = [path.name if root.is_file() else path.relative_to(root).as_posix() for path in paths]
+        return ids, Split(decoded["images"], targets, self.mean, self.std)
 
 
 class Batches:

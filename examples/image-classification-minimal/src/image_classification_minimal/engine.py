@@ -52,10 +52,12 @@ def train_one_epoch(
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     task,
+    bar=None,
 ) -> dict[str, float]:
     """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss.
 
-    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan.
+    Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan. `bar`, a tqdm
+    progress bar or None, advances one step per batch.
     """
     model.train()  # R9: evaluate() left the model in eval mode
     losses, sizes = [], []
@@ -70,6 +72,8 @@ def train_one_epoch(
         sizes.append(len(targets))
         if len(losses) % CHECK_EVERY == 0 and not torch.isfinite(losses[-1]):
             break
+        if bar is not None:
+            show_progress(bar, losses)
     # R12: weighted by batch size, so a smaller last batch counts for the samples it holds.
     weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
     per_step = torch.stack(losses).double()
@@ -78,6 +82,19 @@ def train_one_epoch(
         step = int(torch.isfinite(per_step).logical_not().nonzero()[0])
         raise NonFiniteLoss("training", per_step[step].item(), step + 1)
     return {"loss": mean_loss}
+
+
+def show_progress(bar, losses: list) -> None:
+    """Advance the bar one step, and show the mean loss of the last CHECK_EVERY steps.
+
+    The loss is read only at the steps where the divergence check has just waited for the
+    device: reading it at every step would wait for the device at every step (R11).
+    """
+    bar.update()
+    step = len(losses)
+    if step % CHECK_EVERY == 0:
+        recent = losses[-CHECK_EVERY:]
+        bar.set_postfix_str(f"loss {float(sum(recent)) / len(recent):.4f}")
 
 
 @torch.no_grad()  # R10: no autograd graph is built or kept during validation

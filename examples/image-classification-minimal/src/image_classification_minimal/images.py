@@ -112,7 +112,7 @@ def load_image_folder(
     stored = _read_cache(cache_file, count, image_size, channels) if cache_file else None
     cached = stored is not None
     if stored is None:
-        stored = _decode_all(paths, labels, image_size, channels, skip_bad, threads)
+        stored = decode_all(paths, labels, image_size, channels, skip_bad, threads)
         if cache_file is not None:
             _write_cache(cache_file, stored)
     if stored["bad"] and not skip_bad:
@@ -200,7 +200,9 @@ def _to_mode(img: Image.Image, mode: str) -> Image.Image:
     return img
 
 
-def _check_folder(root: Path) -> None:
+def _check_folder(
+    root: Path, expected: str = "--data must be a folder with one folder per class"
+) -> None:
     try:
         mode = os.stat(root).st_mode
     except OSError as err:
@@ -208,9 +210,7 @@ def _check_folder(root: Path) -> None:
     except ValueError:  # a NUL character in the path
         raise DataError(f"cannot read {root!r}: not a valid path") from None
     if not stat.S_ISDIR(mode):
-        raise DataError(
-            f"{root} is not a folder; --data must be a folder with one folder per class"
-        )
+        raise DataError(f"{root} is not a folder; {expected}")
 
 
 def _visible(name: str) -> bool:
@@ -257,6 +257,39 @@ def _scan(root: Path) -> tuple[list[str], list[Path], list[int], int]:
         paths += found
         labels += [label] * len(found)
     return classes, paths, labels, len(other)
+
+
+def unlabelled_images(root: Path) -> list[Path]:
+    """Every image file below root, sorted: the images to predict."""
+    _check_folder(root, "--data must be an image file or a folder of images")
+    found, other = _images_in(root)
+    if not found:
+        also = f" (only other files, such as {other[0].name})" if other else ""
+        raise DataError(
+            f"{root} holds no images{also}; images must end in {', '.join(IMAGE_EXTENSIONS)}"
+        )
+    return found
+
+
+def labelled_images(root: Path) -> tuple[list[Path], list[str]]:
+    """The images of root/<class>/ and the class folder of each: labelled data to evaluate."""
+    _check_folder(root)
+    try:
+        folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and _visible(e.name))
+    except OSError as err:
+        raise DataError(f"cannot read {root}: {err.strerror}") from None
+    paths: list[Path] = []
+    names: list[str] = []
+    for name in folders:
+        found, _ = _images_in(root / name)
+        paths += found
+        names += [name] * len(found)
+    if not paths:
+        raise DataError(
+            f"{root} has no class folders with images; put each class's images in "
+            f"{root}/<class name>/"
+        )
+    return paths, names
 
 
 def _images_in(folder: Path) -> tuple[list[Path], list[Path]]:
@@ -326,7 +359,7 @@ def _cache_key(root: Path, paths: list[Path], labels: list[int], size: int, chan
     return digest.hexdigest()[:24]
 
 
-def _decode_all(
+def decode_all(
     paths: list[Path], labels: list[int], size: int, channels: int, skip_bad: bool, threads: int
 ) -> dict:
     """Every image decoded into one uint8 tensor, stored channels-last (see below)."""

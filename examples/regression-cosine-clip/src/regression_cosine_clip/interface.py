@@ -33,6 +33,20 @@ class Task(Protocol):
     def state_dict(self) -> dict:
         """What prediction needs to read the model's outputs (class names, target scale)."""
 
+    def encode_labels(self, labels: list) -> torch.Tensor:
+        """Targets of labelled new data, as training encoded them; UnknownLabel otherwise."""
+
+    def predictions(self, outputs: torch.Tensor) -> dict[str, list]:
+        """Columns of a predictions file from a batch of outputs: one value per sample each."""
+
+
+class UnknownLabel(ValueError):
+    """A label of new data that the trained model has no output for; index: its position."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
 
 class Split(Protocol):
     """One part of the data: its samples, in a fixed order."""
@@ -50,6 +64,20 @@ class Data(Protocol):
 
     def state_dict(self) -> dict:
         """Training statistics and names a checkpoint keeps, so a resume can check its data."""
+
+
+class NewData(Protocol):
+    """Files the model has not seen, read with the preprocessing its training run saved."""
+
+    input_shape: tuple[int, ...]  # of one sample, as the model receives it
+
+    def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
+        """An id per sample (row number or file path) and the samples, in the file's order.
+
+        labelled: the targets are read and encoded too (evaluation); otherwise any target
+        column is ignored and the split's targets are the samples' positions 0..n-1, so that
+        predictions find their sample whatever order the batches take.
+        """
 
 
 class Batches(Protocol):

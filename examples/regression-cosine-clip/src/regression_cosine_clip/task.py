@@ -95,6 +95,16 @@ class Task:
             "mae": sums["absolute_error"] / count * self.target_std,
         }
 
+    def encode_labels(self, labels: list) -> torch.Tensor:
+        """Targets of new data, standardised with the training statistics, as in training."""
+        target = torch.tensor(labels, dtype=torch.float32)
+        return (target - self.target_mean) / self.target_std
+
+    def predictions(self, outputs: torch.Tensor) -> dict[str, list]:
+        """The predicted value in the target's own units."""
+        values = outputs.squeeze(-1).float().cpu() * self.target_std + self.target_mean
+        return {"prediction": values.tolist()}
+
     def memorised(self, metrics: dict[str, float]) -> bool:
         """A low loss is all a regression batch can show; the overfit check has tested it."""
         return True

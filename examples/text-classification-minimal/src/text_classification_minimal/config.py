@@ -50,6 +50,8 @@ class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model,
     device: str = "auto"  # auto (CUDA when available), cpu or cuda
     deterministic: bool = True  # bitwise-repeatable runs; False lets cuDNN pick faster kernels
     out: str = "runs/latest"  # folder for metrics.csv, last.pt and best.pt
+    progress: bool = True  # a progress bar per epoch, shown only when the output is a terminal
+    tensorboard: bool = False  # scalars per epoch in OUT/tensorboard (needs the tensorboard extra)
 
     def __post_init__(self) -> None:
         self.validate()

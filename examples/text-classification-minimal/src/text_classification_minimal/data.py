@@ -10,11 +10,21 @@ from pathlib import Path
 
 import torch
 
+from .interface import UnknownLabel
 from .synthetic import CLASSES, make_documents
 from .task import Task, class_order, parse_label
 from .tokens import PAD, Vocabulary
 
-__all__ = ["DATA_FLAGS", "Batches", "Data", "DataError", "DataSettings", "Split", "load_data"]
+__all__ = [
+    "DATA_FLAGS",
+    "Batches",
+    "Data",
+    "DataError",
+    "DataSettings",
+    "NewData",
+    "Split",
+    "load_data",
+]
 
 
 class DataError(ValueError):
@@ -192,10 +202,14 @@ def _lines(f, path: Path) -> Iterator[str]:
         yield line
 
 
-def read_csv(path: Path, text_column: str, target: str) -> tuple[list[str], list[str]]:
-    """The texts and parsed labels of a CSV file with a header row; other columns are ignored."""
+def read_csv(path: Path, text_column: str, target: str | None) -> tuple[list[str], list[str]]:
+    """The texts and parsed labels of a CSV file with a header row; other columns are ignored.
+
+    target None: no labels are read (the column may be absent), for prediction.
+    """
     _check_regular_file(path)
-    text_column, target = text_column.strip(), target.strip()
+    text_column = text_column.strip()
+    target = target.strip() if target is not None else None
     texts: list[str] = []
     labels: list[str] = []
     old_limit = csv.field_size_limit(MAX_LINE_CHARS)  # a document may be long
@@ -205,12 +219,13 @@ def read_csv(path: Path, text_column: str, target: str) -> tuple[list[str], list
             header = [name.strip() for name in _next_row(reader, path)[1] or []]
             if not header:
                 raise DataError(f"{path} is empty; it needs a header row and one row per document")
-            for name in (text_column, target):
+            for name in (text_column, target) if target is not None else (text_column,):
                 if name not in header:
                     raise DataError(f"{path}: no column '{name}' (columns: {', '.join(header)})")
                 if header.count(name) > 1:
                     raise DataError(f"{path}:1: column '{name}' appears twice; name it once")
-            t, y = header.index(text_column), header.index(target)
+            t = header.index(text_column)
+            y = header.index(target) if target is not None else None
             while True:
                 line, row = _next_row(reader, path)
                 if row is None:
@@ -221,10 +236,11 @@ def read_csv(path: Path, text_column: str, target: str) -> tuple[list[str], list
                     raise DataError(
                         f"{path}:{line}: {len(row)} fields, the header has {len(header)}"
                     )
-                try:
-                    labels.append(parse_label(row[y]))
-                except ValueError as err:
-                    raise DataError(f"{path}:{line}:{y + 1}: label '{target}' {err}") from None
+                if y is not None:
+                    try:
+                        labels.append(parse_label(row[y]))
+                    except ValueError as err:
+                        raise DataError(f"{path}:{line}:{y + 1}: label '{target}' {err}") from None
                 texts.append(row[t])
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror}") from None
@@ -302,6 +318,78 @@ def _read_text(path: Path) -> str:
         line = before.count(b"\n") + 1
         column = len(before) - (before.rfind(b"\n") + 1) + 1
         raise _not_utf8(path, line, column, raw[err.start]) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# New documents, for prediction and evaluation
+
+
+class NewData:
+    """Documents the model has not seen, encoded with its training vocabulary.
+
+    Words the vocabulary lacks become <unk>, as validation words did in training, and each
+    document is cut at the run's max_length.
+    """
+
+    def __init__(self, state: dict, cfg) -> None:
+        self.vocabulary = Vocabulary(state["vocabulary"]["words"])
+        self.max_length = state["max_length"]
+        self.input_shape = (self.max_length, len(self.vocabulary))
+        self.text_column, self.target = cfg.text_column, cfg.target
+
+    def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
+        """A CSV file (ids: row numbers, 1 the first after the header), one .txt file, or a
+        folder: of .txt files anywhere below it (ids: their paths inside it), or, labelled, of
+        one folder of .txt files per class, named as in training."""
+        root = Path(path)
+        if root.is_dir():
+            if labelled:
+                texts, labels, ids = _read_labelled_folder(root)
+            else:
+                files = _text_files(root)
+                texts, labels = [_read_text(p) for p in files], []
+                ids = [p.relative_to(root).as_posix() for p in files]
+        elif root.suffix.lower() in TEXT_SUFFIXES and not labelled:
+            texts, labels, ids = [_read_text(root)], [], [root.name]
+        else:
+            texts, labels = read_csv(root, self.text_column, self.target if labelled else None)
+            ids = [str(row) for row in range(1, len(texts) + 1)]
+        targets = torch.arange(len(texts))  # unlabelled: each document's position (interface.py)
+        if labelled:
+            try:
+                targets = task.encode_labels(labels)
+            except UnknownLabel as err:
+                raise DataError(f"{root}: document {ids[err.index]}: {err}") from None
+        encode = self.vocabulary.encode
+        return ids, Split.from_ids([encode(text, self.max_length) for text in texts], targets)
+
+
+def _text_files(root: Path) -> list[Path]:
+    """Every .txt file below root, sorted."""
+    files = sorted(
+        Path(folder) / name
+        for folder, _, names in os.walk(root)
+        for name in names
+        if Path(name).suffix.lower() in TEXT_SUFFIXES and not name.startswith(".")
+    )
+    if not files:
+        raise DataError(f"{root} holds no .txt files; give a CSV file or a folder of .txt files")
+    return files
+
+
+def _read_labelled_folder(root: Path) -> tuple[list[str], list[str], list[str]]:
+    """Texts, class names and ids (paths inside root) of root/<class>/*.txt."""
+    texts: list[str] = []
+    labels: list[str] = []
+    ids: list[str] = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in TEXT_SUFFIXES):
+            texts.append(_read_text(path))
+            labels.append(folder.name)
+            ids.append(path.relative_to(root).as_posix())
+    if not texts:
+        raise DataError(f"{root} has no class folders with .txt files; put each class's in one")
+    return texts, labels, ids
 
 
 # ---------------------------------------------------------------------------------------------

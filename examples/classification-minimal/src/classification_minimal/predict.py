@@ -1,0 +1,157 @@
+"""Apply a trained model to new data: a predictions CSV file, or rows from Python."""
+
+import argparse
+import csv
+import io
+import sys
+from pathlib import Path
+
+import torch
+
+from .checkpoint import CheckpointError, load_checkpoint, require_keys, write_atomically
+from .config import Config, ConfigError, load_config
+from .data import Batches, DataError, NewData
+from .model import build_model
+from .task import Task
+from .train import resolve_device
+
+EXIT_INPUT = 2  # a checkpoint, data file or output that cannot be used, as train.py
+
+
+class Predictor:
+    """A trained model with the preprocessing its run saved, ready for files it has not seen.
+
+    Everything comes from the checkpoint: the settings, the model's shape and weights, and the
+    data's training statistics, class names or vocabulary; so new data is prepared exactly as
+    the training data was.
+    """
+
+    def __init__(
+        self,
+        checkpoint: dict,
+        path: str | Path = "checkpoint",
+        device: str = "auto",
+        batch_size: int | None = None,
+    ) -> None:
+        require_keys(checkpoint, ("model", "config", "data", "project"), path)
+        project = checkpoint["project"] if isinstance(checkpoint["project"], dict) else {}
+        if project.get("package") != __package__:
+            raise CheckpointError(
+                f"checkpoint {path} was written by project {project.get('package')!r}, not "
+                f"{__package__!r}; use that project's predict"
+            )
+        try:
+            self.cfg: Config = load_config(base=checkpoint["config"])  # the run's settings
+        except (ConfigError, TypeError) as err:
+            raise CheckpointError(
+                f"checkpoint {path} holds settings this project lacks ({err})"
+            ) from None
+        self.device = resolve_device(device)
+        self.batch_size = batch_size or self.cfg.batch_size
+        self.task = Task.from_state(checkpoint["data"]["task"])
+        self.inputs = NewData(checkpoint["data"], self.cfg)
+        self.model = build_model(self.cfg, self.inputs.input_shape, self.task.output_dim)
+        try:
+            self.model.load_state_dict(checkpoint["model"])
+        except RuntimeError as err:
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this project's model ({lines[-1]})"
+            ) from None
+        self.model.to(self.device)
+        self.model.eval()  # dropout off and BatchNorm on its running statistics, as validation
+
+    def batches(self, split) -> Batches:
+        """Batches of split on the predictor's device, in a fixed order and never augmented."""
+        return Batches(split, self.batch_size, shuffle=False, device=self.device)
+
+    def outputs(self, split) -> torch.Tensor:
+        """The model's outputs for every sample of an unlabelled split, in the split's order.
+
+        An unlabelled split's targets are the samples' positions, so the order comes back
+        whatever order the batches take (text batches go by length).
+        """
+        positions, outputs = [], []
+        with torch.inference_mode():
+            for inputs, position in self.batches(split):
+                outputs.append(self.model(inputs).float().cpu())
+                positions.append(position.cpu())
+        ordered = torch.empty_like(torch.cat(outputs))
+        ordered[torch.cat(positions)] = torch.cat(outputs)
+        return ordered
+
+    def predict(self, data: str | Path) -> list[dict]:
+        """One row per sample of a file or folder: its id, then the task's prediction columns."""
+        ids, split = self.inputs.read(str(data), self.task, labelled=False)
+        columns = self.task.predictions(self.outputs(split))
+        return [
+            {"id": sample, **{name: values[i] for name, values in columns.items()}}
+            for i, sample in enumerate(ids)
+        ]
+
+
+def load_predictor(
+    path: str | Path, device: str = "auto", batch_size: int | None = None
+) -> Predictor:
+    """The model of a checkpoint (best.pt or last.pt), e.g. load_predictor("runs/x/best.pt")."""
+    return Predictor(load_checkpoint(path), path, device=device, batch_size=batch_size)
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """A CSV file with a header row, written beside its place and renamed: never half a file."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomically(path, lambda f: f.write(text.getvalue().encode()), fsync=False)
+
+
+def check_output(path: Path, overwrite: bool) -> None:
+    """Refuse to replace a file the user has, or to write where no file can go."""
+    if path.is_dir():
+        raise ConfigError(f"--out {path} is a folder; give a file name such as predictions.csv")
+    if path.exists() and not overwrite:
+        raise ConfigError(f"--out {path} exists; choose another file or add --overwrite")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--out {path}: folder {path.parent} does not exist")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__package__}.predict",
+        description="Predict with a trained model: one row per sample, written as CSV.",
+    )
+    parser.add_argument("--checkpoint", required=True, metavar="CKPT", help="e.g. runs/x/best.pt")
+    parser.add_argument("--data", required=True, metavar="PATH", help="the new data to predict")
+    parser.add_argument("--out", default="predictions.csv", metavar="FILE", help="CSV to write")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Path(args.out)
+    try:
+        if args.batch_size is not None and args.batch_size < 1:
+            raise ConfigError("--batch-size must be 1 or more")
+        check_output(out, args.overwrite)
+        predictor = load_predictor(args.checkpoint, args.device, args.batch_size)
+        rows = predictor.predict(args.data)
+        write_rows(rows, out)
+    except (ConfigError, DataError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as err:
+        print(f"error: {err.filename or out}: {err.strerror}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted; nothing was written", file=sys.stderr)
+        return 130
+    print(f"{len(rows)} predictions in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

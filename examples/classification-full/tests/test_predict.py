@@ -170,6 +170,10 @@ def test_unusable_checkpoints_and_outputs_are_refused_and_no_file_is_lost(run, t
         (["--checkpoint", last, "--data", data, "--out", tmp_path], "is a folder"),
         (["--checkpoint", last, "--data", data, "--batch-size", "0"], "--batch-size must be"),
         (["--checkpoint", tmp_path / "other.pt", "--data", data], "project 'someone_else'"),
+        # Never replaced, even with --overwrite: an input, a device, a missing folder's name.
+        (["--checkpoint", last, "--data", data, "--out", last, "--overwrite"], "is the input"),
+        (["--checkpoint", last, "--data", data, "--out", "/dev/null", "--overwrite"], "regular"),
+        (["--checkpoint", last, "--data", data, "--out", f"{tmp_path / 'new'}/"], "is a folder"),
     ]
     for args, words in cases:
         if "--out" not in args:
@@ -180,7 +184,8 @@ def test_unusable_checkpoints_and_outputs_are_refused_and_no_file_is_lost(run, t
         lines = stderr.strip().splitlines()
         assert len(lines) == 1 and words in lines[0], (args, stderr)
     assert kept.read_text() == "the user's own file\n"
-    assert not (tmp_path / "new.csv").exists()
+    assert not (tmp_path / "new.csv").exists() and not (tmp_path / "new").exists()
+    assert load_checkpoint(last)["epoch"] == 3
     again = ["--checkpoint", last, "--data", data, "--out", kept, "--overwrite"]
     assert predict.main([*map(str, again), "--device", DEVICE]) == 0
     assert kept.read_text().startswith("id,prediction")

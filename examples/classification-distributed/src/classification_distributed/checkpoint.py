@@ -31,6 +31,8 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None], fsync:
     # The temporary file sits in the same folder: os.replace is atomic only within one filesystem.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     try:
+        # mkstemp makes the file private (0600); give it the mode any new file gets here.
+        os.chmod(tmp, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             if fsync:
@@ -40,6 +42,12 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None], fsync:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    mask = os.umask(0)  # reading it means setting it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:

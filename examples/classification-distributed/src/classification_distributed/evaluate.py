@@ -71,21 +71,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.batch_size is not None and args.batch_size < 1:
             raise ConfigError("--batch-size must be 1 or more")
-        check_output(out, args.overwrite)
+        out = check_output(args.out, args.overwrite, (args.data, args.checkpoint))
         predictor = load_predictor(args.checkpoint, args.device, args.batch_size)
         report = evaluate_data(predictor, args.data)
-        report = {"checkpoint": str(args.checkpoint), "data": str(args.data), **report}
-        text = json.dumps(report, indent=2) + "\n"
-        write_atomically(out, lambda f: f.write(text.encode()), fsync=False)
     except (ConfigError, DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
     except OSError as err:
-        print(f"error: {err.filename or out}: {err.strerror}", file=sys.stderr)
+        print(f"error: cannot read {err.filename}: {err.strerror}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("interrupted; nothing was written", file=sys.stderr)
         return 130
+    report = {"checkpoint": str(args.checkpoint), "data": str(args.data), **report}
+    text = json.dumps(report, indent=2) + "\n"
+    try:
+        write_atomically(out, lambda f: f.write(text.encode()), fsync=False)
+    except OSError as err:
+        print(f"error: cannot write {out}: {err.strerror}", file=sys.stderr)
+        return EXIT_INPUT
     print(format_report(report))
     print(f"saved in {out}")
     return 0

@@ -3,6 +3,7 @@
 import argparse
 import csv
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from .config import Config, ConfigError, load_config
 from .data import Batches, DataError, NewData
 from .model import build_model
 from .task import Task
-from .train import autocast_dtype, resolve_device
+from .train import PROJECT, autocast_dtype, resolve_device
 
 EXIT_INPUT = 2  # a checkpoint, data file or output that cannot be used, as train.py
 
@@ -40,6 +41,10 @@ class Predictor:
                 f"checkpoint {path} was written by project {project.get('package')!r}, not "
                 f"{__package__!r}; use that project's predict"
             )
+        if project.get("task") != PROJECT["task"]:
+            raise CheckpointError(
+                f"checkpoint {path} is of a {project.get('task')} model, not {PROJECT['task']}"
+            )
         try:
             self.cfg: Config = load_config(base=checkpoint["config"])  # the run's settings
         except (ConfigError, TypeError) as err:
@@ -48,8 +53,13 @@ class Predictor:
             ) from None
         self.device = resolve_device(device)
         self.batch_size = batch_size or self.cfg.batch_size
-        self.task = Task.from_state(checkpoint["data"]["task"])
-        self.inputs = NewData(checkpoint["data"], self.cfg)
+        try:
+            self.task = Task.from_state(checkpoint["data"]["task"])
+            self.inputs = NewData(checkpoint["data"], self.cfg)
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(
+                f"checkpoint {path} lacks what prediction needs of its data ({err!r})"
+            ) from None
         self.model = build_model(self.cfg, self.inputs.input_shape, self.task.output_dim)
         try:
             self.model.load_state_dict(checkpoint["model"])
@@ -106,17 +116,31 @@ def write_rows(rows: list[dict], path: Path) -> None:
     writer = csv.DictWriter(text, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    write_atomically(path, lambda f: f.write(text.getvalue().encode()), fsync=False)
+    # File names that are not UTF-8 (ids of images and text files) keep their own bytes.
+    data = text.getvalue().encode("utf-8", "surrogateescape")
+    write_atomically(path, lambda f: f.write(data), fsync=False)
 
 
-def check_output(path: Path, overwrite: bool) -> None:
-    """Refuse to replace a file the user has, or to write where no file can go."""
-    if path.is_dir():
-        raise ConfigError(f"--out {path} is a folder; give a file name such as predictions.csv")
-    if path.exists() and not overwrite:
-        raise ConfigError(f"--out {path} exists; choose another file or add --overwrite")
+def check_output(out: str, overwrite: bool, inputs: tuple[str, ...]) -> Path:
+    """The --out file, refused where writing it would lose something or could not work.
+
+    Only a regular file is ever replaced (with --overwrite), and never one of the inputs: a
+    device, pipe or link named by mistake, the data or the checkpoint stay as they are.
+    """
+    path = Path(out)
+    if out.endswith(("/", os.sep)) or path.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file name such as predictions.csv")
+    if os.path.lexists(path):
+        if not overwrite:
+            raise ConfigError(f"--out {path} exists; choose another file or add --overwrite")
+        if path.is_symlink() or not path.is_file():
+            raise ConfigError(f"--out {path} is not a regular file; choose another --out")
+        for given in inputs:
+            if os.path.exists(given) and os.path.samefile(given, path):
+                raise ConfigError(f"--out {path} is the input {given}; choose another --out")
     if not path.parent.is_dir():
         raise ConfigError(f"--out {path}: folder {path.parent} does not exist")
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,15 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.batch_size is not None and args.batch_size < 1:
             raise ConfigError("--batch-size must be 1 or more")
-        check_output(out, args.overwrite)
+        out = check_output(args.out, args.overwrite, (args.data, args.checkpoint))
         predictor = load_predictor(args.checkpoint, args.device, args.batch_size)
         rows = predictor.predict(args.data)
-        write_rows(rows, out)
     except (ConfigError, DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
     except OSError as err:
-        print(f"error: {err.filename or out}: {err.strerror}", file=sys.stderr)
+        print(f"error: cannot read {err.filename}: {err.strerror}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted; nothing was written", file=sys.stderr)
+        return 130
+    try:
+        write_rows(rows, out)
+    except OSError as err:
+        print(f"error: cannot write {out}: {err.strerror}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("interrupted; nothing was written", file=sys.stderr)

@@ -314,6 +314,12 @@ class NewData:
             except UnknownLabel as err:
                 raise DataError(f"{path}:{lines[err.index]}: {err}") from None
         features.sub_(self.mean).div_(self.std)  # the training statistics, as in training
+        far = (~features.isfinite().all(dim=1)).nonzero()
+        if len(far):  # e.g. 3e38 where training saw values near 1: inf once standardised
+            raise DataError(
+                f"{path}:{lines[int(far[0])]}: a feature is too far outside the training data "
+                "to standardise in float32; check the row"
+            )
         return [str(row) for row in range(1, len(lines) + 1)], Split(features, targets)
 
 

@@ -64,14 +64,16 @@ class Task:
     def from_targets(cls, values: list, train_index: torch.Tensor) -> tuple["Task", torch.Tensor]:
         """Standardise with the training split's mean and std, so validation leaks nothing."""
         try:
-            target = torch.tensor(values, dtype=torch.float32)
+            # float64 until standardised: float32 has 7 digits, too few for targets such as
+            # 123456789.5, whose variation would be lost before it is centred.
+            target = torch.tensor(values, dtype=torch.float64)
         except (TypeError, ValueError) as err:
             raise ValueError(f"the target must be numeric for regression ({err})") from None
         train = target[train_index]
         mean = train.mean().item()
         std = train.std().item() if len(train) > 1 else 1.0
         std = std if std > 0 else 1.0
-        return cls(mean, std), (target - mean) / std
+        return cls(mean, std), ((target - mean) / std).float()
 
     @classmethod
     def from_state(cls, state: dict) -> "Task":
@@ -97,12 +99,13 @@ class Task:
 
     def encode_labels(self, labels: list) -> torch.Tensor:
         """Targets of new data, standardised with the training statistics, as in training."""
-        target = torch.tensor(labels, dtype=torch.float32)
-        return (target - self.target_mean) / self.target_std
+        target = torch.tensor(labels, dtype=torch.float64)  # as in from_targets
+        return ((target - self.target_mean) / self.target_std).float()
 
     def predictions(self, outputs: torch.Tensor) -> dict[str, list]:
         """The predicted value in the target's own units."""
-        values = outputs.squeeze(-1).float().cpu() * self.target_std + self.target_mean
+        # In float64: the target's own scale may need more digits than float32 keeps.
+        values = outputs.squeeze(-1).double().cpu() * self.target_std + self.target_mean
         return {"prediction": values.tolist()}
 
     def memorised(self, metrics: dict[str, float]) -> bool:

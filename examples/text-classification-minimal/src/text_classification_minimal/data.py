@@ -349,7 +349,12 @@ class NewData:
                 files = _text_files(root)
                 texts, labels = [_read_text(p) for p in files], []
                 ids = [p.relative_to(root).as_posix() for p in files]
-        elif root.suffix.lower() in TEXT_SUFFIXES and not labelled:
+        elif root.suffix.lower() in TEXT_SUFFIXES:
+            if labelled:
+                raise DataError(
+                    f"{root} is one document without a label; evaluate reads a CSV file with "
+                    "the label column or a folder with one folder of .txt files per class"
+                )
             texts, labels, ids = [_read_text(root)], [], [root.name]
         else:
             texts, labels = read_csv(root, self.text_column, self.target if labelled else None)
@@ -364,26 +369,37 @@ class NewData:
         return ids, Split.from_ids([encode(text, self.max_length) for text in texts], targets)
 
 
-def _text_files(root: Path) -> list[Path]:
-    """Every .txt file below root, sorted."""
-    files = sorted(
-        Path(folder) / name
-        for folder, _, names in os.walk(root)
-        for name in names
-        if Path(name).suffix.lower() in TEXT_SUFFIXES and not name.startswith(".")
-    )
-    if not files:
+def _text_files(root: Path, required: bool = True) -> list[Path]:
+    """Every .txt file below root at any depth, sorted; hidden files and folders are not read
+    (.ipynb_checkpoints, editors' backups), and a folder that cannot be read is an error."""
+
+    def refuse(err: OSError):
+        raise DataError(f"cannot read {err.filename}: {err.strerror}")
+
+    files = []
+    for folder, folders, names in os.walk(root, onerror=refuse):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        files += [
+            Path(folder) / name
+            for name in names
+            if Path(name).suffix.lower() in TEXT_SUFFIXES and not name.startswith(".")
+        ]
+    if not files and required:
         raise DataError(f"{root} holds no .txt files; give a CSV file or a folder of .txt files")
-    return files
+    return sorted(files)
 
 
 def _read_labelled_folder(root: Path) -> tuple[list[str], list[str], list[str]]:
-    """Texts, class names and ids (paths inside root) of root/<class>/*.txt."""
+    """Texts, class names and ids (paths inside root) of the .txt files in root/<class>/."""
     texts: list[str] = []
     labels: list[str] = []
     ids: list[str] = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in TEXT_SUFFIXES):
+    try:
+        folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as err:
+        raise DataError(f"cannot read {root}: {err.strerror}") from None
+    for folder in folders:
+        for path in _text_files(folder, required=False):  # a class may have no documents
             texts.append(_read_text(path))
             labels.append(folder.name)
             ids.append(path.relative_to(root).as_posix())

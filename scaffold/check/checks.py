@@ -30,6 +30,7 @@ from scaffold.check.flow import (
     last_name,
 )
 
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # Names of functions that evaluate a model; `test_*` is left out: those are pytest's.
 EVAL_NAMES = ("validat", "evaluat", "eval", "val_", "valid_")
 EVAL_EXACT = {"test", "test_epoch", "test_loop", "run_test", "val", "valid", "validation"}
@@ -53,53 +54,84 @@ def step_order(module: Module):
     """R2-R5: zero_grad, backward, unscale_, clipping and step in one training step."""
     for unit in module.steps():
         events = [e for path in unit.paths for e in path.events]
-        steps = [e for e in events if e.kind == STEP]
-        if steps and not any(e.kind == ZERO for e in events):
-            yield steps[0].node, "SCF202"
+        zeroed = {e.key for e in events if e.kind == ZERO}
+        for event in events:
+            if event.kind == STEP and not _zeroed(module, event.key, zeroed):
+                yield event.node, "SCF202"
+                break
         for path in unit.paths:
             yield from _path_order([e for e in path.events if e.kind != PASS])
 
 
-def _path_order(events: list):
-    def last(kinds, before):
-        return next((e for e in reversed(events[:before]) if e.kind in kinds), None)
+def _zeroed(module: Module, optimizer: str | None, zeroed: set) -> bool:
+    """Whether a step's gradients are cleared: by its optimizer, by the model it was built
+    from, or by a zero_grad whose owner this file cannot tell apart."""
+    if not zeroed:
+        return False
+    models = {
+        model
+        for call in module.constructors.get(optimizer or "", ())
+        for model in _optimizer_models(module, call)
+    }
+    if not models:
+        return True  # an optimizer built elsewhere: any zero_grad may be its own
+    known = set(module.constructors) | {
+        model for calls in module.constructors.values() for c in calls
+        for model in _optimizer_models(module, c)
+    }  # fmt: skip
+    return bool(zeroed & (models | {optimizer})) or bool(zeroed - known)
 
-    def first(kinds, after):
-        return next((e for e in events[after + 1 :] if e.kind in kinds), None)
+
+def _path_order(events: list):
+    """R2-R5 along one path through a step. A misplaced zero_grad or step is reported once:
+    the clipping it leaves out of place is the same bug, not a second one."""
+
+    def last(kinds, before, skip=()):
+        found = (e for e in reversed(events[:before]) if e.kind in kinds and e not in skip)
+        return next(found, None)
+
+    def first(kinds, after, skip=()):
+        return next((e for e in events[after + 1 :] if e.kind in kinds and e not in skip), None)
 
     def kind(event):
         return event.kind if event is not None else None
 
+    misplaced = []  # zero_grads between backward and step, steps before backward
     for i, event in enumerate(events):
         if event.kind == ZERO:
             if (
                 kind(last({BACKWARD, STEP}, i)) == BACKWARD
                 and kind(first({BACKWARD, STEP}, i)) == STEP
             ):
+                misplaced.append(event)
                 yield event.node, "SCF201"
         elif event.kind == STEP:
             if not event.closure and last({BACKWARD}, i) is None and first({BACKWARD}, i):
+                misplaced.append(event)
                 yield event.node, "SCF301"
             backward = last({BACKWARD}, i)
             if not event.scaled and backward is not None and backward.scaled:
                 yield event.node, "SCF502"
-        elif event.kind == CLIP:
-            before, after = (
-                kind(last({BACKWARD, STEP, ZERO}, i)),
-                kind(first({BACKWARD, STEP, ZERO}, i)),
-            )
-            if (
-                before in (STEP, ZERO)
-                or (before is None and after in (BACKWARD, ZERO))
-                or (before == BACKWARD and after == ZERO)
-            ):
-                yield event.node, "SCF401"
-                continue
-            backward = last({BACKWARD}, i)
-            if backward is not None and backward.scaled:
-                start = events.index(backward)
-                if not any(e.kind == UNSCALE for e in events[start:i]):
-                    yield event.node, "SCF501"
+    for i, event in enumerate(events):
+        if event.kind != CLIP:
+            continue
+        order = {BACKWARD, STEP, ZERO}
+        before = kind(last(order, i, misplaced))
+        after = kind(first(order, i, misplaced))
+        if any(e.kind == STEP and e in misplaced for e in events[:i]):
+            after = None  # a step moved before backward: the clip's window is that bug's
+        if (
+            before in (STEP, ZERO)
+            or (before is None and after in (BACKWARD, ZERO))
+            or (before == BACKWARD and after == ZERO)
+        ):
+            yield event.node, "SCF401"
+            continue
+        backward = last({BACKWARD}, i)
+        if backward is not None and backward.scaled:
+            start = events.index(backward)
+            if not any(e.kind == UNSCALE for e in events[start:i]):
+                yield event.node, "SCF501"
 
 
 def epoch_scheduler_per_batch(module: Module):
@@ -180,7 +212,11 @@ def eval_mode_left_on(module: Module):
 def evaluation_with_grad(module: Module):
     """R10: an evaluation loop that builds an autograd graph."""
     candidates = []
-    for loop, paths in module.loops_paths.items():
+    loops = dict(module.loops_paths)
+    for node in module.nodes:  # [model(x) for x in loader] is a loop as well
+        if isinstance(node, COMPREHENSIONS) and node not in module.hot:
+            loops[node] = []
+    for loop, paths in loops.items():
         kinds = {e.kind for p in paths for e in p.events}
         if kinds & {BACKWARD, STEP, PASS}:
             continue
@@ -217,15 +253,14 @@ def _evaluates(module: Module, loop, function) -> bool:
             evaluated.discard(key)
     if not named and not evaluated:
         return False
-    params = {a.arg for a in function.args.args} if function is not None else set()
     for node in _own_nodes(loop):
         if not isinstance(node, ast.Call):
             continue
-        key = dotted(node.func) or ""
-        last = key.rsplit(".", 1)[-1].lower()
-        model_like = "model" in last or "net" in last or last == "forward"
-        if key in evaluated or model_like or (key in params and key in ("module", "m")):
-            return True
+        # The model called, or handed to a helper that calls it: compute_loss(model, batch).
+        for key in [dotted(node.func)] + [dotted(arg) for arg in node.args]:
+            last = (key or "").rsplit(".", 1)[-1].lower()
+            if key in evaluated or "model" in last or "net" in last or last == "forward":
+                return True
     return False
 
 
@@ -286,10 +321,10 @@ def _own_nodes(scope):
 def loss_tensor_kept(module: Module):
     """R11: a loss tensor accumulated or kept in a list across steps."""
     for unit in module.steps():
-        names = set()
-        for node in _own_nodes(unit.node):
-            if isinstance(node, ast.Call) and last_name(node) in ("backward", "manual_backward"):
-                names.update(_loss_names(node))
+        names = {e.key for p in unit.paths for e in p.events if e.kind == BACKWARD and e.key} - {
+            None
+        }
+        names = {name for name in names if "." not in name}
         for node in _own_nodes(unit.node):
             if (
                 isinstance(node, ast.Assign)
@@ -305,22 +340,6 @@ def loss_tensor_kept(module: Module):
         for node in _own_nodes(unit.node):
             if _keeps(node, names):
                 yield node, "SCF1101"
-
-
-def _loss_names(call: ast.Call) -> set:
-    func = call.func
-    value = call.args[0] if call.args and func.attr == "manual_backward" else func.value
-    if isinstance(func.value, ast.Name | ast.Attribute) and call.args:
-        if (dotted(func.value) or "").rsplit(".", 1)[-1] in ("accelerator", "fabric", "engine"):
-            value = call.args[0]
-    while True:
-        if isinstance(value, ast.Call) and last_name(value) == "scale" and value.args:
-            value = value.args[0]
-        elif isinstance(value, ast.BinOp):
-            value = value.left  # (loss / accumulation_steps).backward()
-        else:
-            break
-    return {value.id} if isinstance(value, ast.Name) else set()
 
 
 def _keeps(node, names: set) -> bool:

@@ -408,21 +408,15 @@ class Module:
         name = last_name(call)
         if name in CLIPS:
             return Event(CLIP, call)
+        if name in ("backward", "manual_backward"):
+            return self._backward(call, ctx)
         if not isinstance(func, ast.Attribute):
-            if dotted(func) == "backward":
-                return Event(BACKWARD, call)
             return None
         raw = dotted(func.value)
         key = ctx.key(raw)
         kind = self.kind(raw) or self.kind(key)
         if name == "zero_grad" or (name == "zero_" and raw and ".grad" in f"{raw}."):
             return Event(ZERO, call, key=key)
-        if name in ("backward", "manual_backward"):
-            wrapper = raw is not None and raw.rsplit(".", 1)[-1] in BACKWARD_WRAPPERS
-            if raw == "torch.autograd" or name == "manual_backward" or wrapper:
-                return Event(BACKWARD, call)
-            scaled = isinstance(func.value, ast.Call) and last_name(func.value) == "scale"
-            return Event(BACKWARD, call, scaled=scaled)
         if name == "unscale_":
             return Event(UNSCALE, call, key=key)
         if name == "step":
@@ -450,6 +444,12 @@ class Module:
                 return Event(EVAL_MODE, call, key=key)
         return None
 
+    def _backward(self, call: ast.Call, ctx: Ctx) -> Event:
+        """A backward() event; its key is the loss tensor's name, as the caller names it."""
+        loss = loss_of(call)
+        scaled = isinstance(call.func, ast.Attribute) and _is_scale(call.func.value)
+        return Event(BACKWARD, call, key=ctx.key(dotted(loss)), scaled=scaled)
+
     def inline(self, function, call: ast.Call, ctx: Ctx, paths: list) -> list:
         """Run a helper's body in place of its call, its parameters named as the caller names."""
         if function in ctx.stack or len(ctx.stack) >= MAX_DEPTH:
@@ -474,11 +474,19 @@ class Module:
         return result
 
     def _keys(self, loop, ctx: Ctx) -> frozenset:
-        keys = set()
-        for node in ast.walk(loop):
-            key = ctx.key(dotted(node)) if isinstance(node, ast.Name | ast.Attribute) else None
-            if key:
-                keys.update(prefixes(key))
+        """The names a loop uses, in the loop or in the helpers of this file it calls."""
+        keys, seen, todo = set(), set(), [loop]
+        while todo:
+            for node in ast.walk(todo.pop()):
+                if isinstance(node, ast.Name | ast.Attribute):
+                    key = ctx.key(dotted(node))
+                    if key:
+                        keys.update(prefixes(key))
+                elif isinstance(node, ast.Call):
+                    found = self.resolve(node, Ctx(self.enclosing_function(node)))
+                    if found is not None and found not in seen:
+                        seen.add(found)
+                        todo.append(found)
         return frozenset(keys)
 
     # --- training steps ---
@@ -495,7 +503,7 @@ class Module:
         return self._units[loop]
 
     def _find_steps(self) -> None:
-        hot = self._reaching_backward()
+        self.hot = hot = self._reaching_backward()
         for node in self.nodes:
             if isinstance(node, LOOPS):
                 if node in hot:
@@ -544,6 +552,31 @@ class Module:
         """Every training step of the file, loops first, in source order."""
         units = self.loop_units() + self.function_units
         return sorted(units, key=lambda u: (u.node.lineno, u.node.col_offset))
+
+
+def loss_of(call: ast.Call):
+    """The loss a backward() call runs from: loss in loss.backward(), (loss / k).backward(),
+    scaler.scale(loss).backward(), accelerator.backward(loss), torch.autograd.backward(loss)."""
+    func = call.func
+    owner = dotted(func.value) if isinstance(func, ast.Attribute) else None
+    wrapper = owner is not None and owner.rsplit(".", 1)[-1] in BACKWARD_WRAPPERS
+    if not isinstance(func, ast.Attribute) or wrapper or owner == "torch.autograd":
+        value = call.args[0] if call.args else None
+    elif func.attr == "manual_backward":
+        value = call.args[0] if call.args else None
+    else:
+        value = func.value
+    while True:
+        if _is_scale(value):
+            value = value.args[0]
+        elif isinstance(value, ast.BinOp):
+            value = value.left  # (loss / accumulation_steps).backward()
+        else:
+            return value
+
+
+def _is_scale(node) -> bool:
+    return isinstance(node, ast.Call) and last_name(node) == "scale" and bool(node.args)
 
 
 def _has_step(paths: list) -> bool:

@@ -23,6 +23,7 @@ from scaffold.check.flow import (
     STEP,
     TRAIN_MODE,
     UNSCALE,
+    UPDATE,
     ZERO,
     Ctx,
     Module,
@@ -59,6 +60,11 @@ def step_order(module: Module):
             if event.kind == STEP and not _zeroed(module, event.key, zeroed):
                 yield event.node, "SCF202"
                 break
+        if not any(e.kind == UPDATE for e in events):
+            for event in events:
+                if event.kind == STEP and event.scaled:
+                    yield event.node, "SCF504"
+                    break
         for path in unit.paths:
             yield from _path_order([e for e in path.events if e.kind != PASS])
 
@@ -112,6 +118,8 @@ def _path_order(events: list):
             backward = last({BACKWARD}, i)
             if not event.scaled and backward is not None and backward.scaled:
                 yield event.node, "SCF502"
+            if event.scaled and backward is not None and not backward.scaled:
+                yield event.node, "SCF503"
     for i, event in enumerate(events):
         if event.kind != CLIP:
             continue
@@ -233,9 +241,9 @@ def evaluation_with_grad(module: Module):
 
 def _evaluates(module: Module, loop, function) -> bool:
     name = getattr(function, "name", "").lower().lstrip("_")
-    named = (
-        name.startswith(EVAL_NAMES) or name in EVAL_EXACT or name.endswith(EVAL_ENDINGS)
-    ) and not name.startswith("test_")
+    if name.startswith("test_"):
+        return False  # a pytest test: its graphs live as long as the test, no longer
+    named = name.startswith(EVAL_NAMES) or name in EVAL_EXACT or name.endswith(EVAL_ENDINGS)
     scope = function if function is not None else module.tree
     modes = sorted(
         (node.lineno, node.func.attr, dotted(node.func.value))

@@ -58,11 +58,13 @@ def read_source(path: str) -> Source:
         data = Path(path).read_bytes()
     except OSError as err:
         raise Unreadable(f"{path}: cannot read: {err.strerror or err}") from None
+    # The file's own coding comment, UTF-8 without one, as Python itself reads it.
     try:
-        # The file's own coding cookie, UTF-8 without one, as Python itself reads it.
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
-    except (SyntaxError, UnicodeDecodeError, LookupError) as err:
+    except SyntaxError:  # bytes that are not UTF-8 in the first two lines
+        raise Unreadable(f"{path}: not UTF-8, and no coding comment names another") from None
+    except (UnicodeDecodeError, LookupError) as err:
         raise Unreadable(f"{path}: cannot decode: {err}") from None
     try:
         tree = ast.parse(text, filename=path)

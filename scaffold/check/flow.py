@@ -31,6 +31,7 @@ BACKWARD_WRAPPERS = {"accelerator", "fabric", "engine"}
 # Event kinds, in the order a step runs them.
 ZERO, BACKWARD, UNSCALE, CLIP, STEP = "zero", "backward", "unscale", "clip", "step"
 SCHED_STEP, TRAIN_MODE, EVAL_MODE, PASS = "sched_step", "train", "eval", "pass"
+UPDATE = "update"  # scaler.update()
 
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -419,6 +420,8 @@ class Module:
             return Event(ZERO, call, key=key)
         if name == "unscale_":
             return Event(UNSCALE, call, key=key)
+        if name == "update" and kind == "scaler":
+            return Event(UPDATE, call, key=key)
         if name == "step":
             given = bool(call.args or call.keywords)
             if kind == "scaler":

@@ -62,6 +62,19 @@ _RULES = [
         "call scaler.step(optimizer) then scaler.update()",
     ),
     Rule(
+        "SCF503",
+        "R5",
+        "scaler.step() after a backward() of the unscaled loss: it divides gradients that "
+        "were never multiplied",
+        "backpropagate scaler.scale(loss)",
+    ),
+    Rule(
+        "SCF504",
+        "R5",
+        "scaler.step() and no scaler.update() in this training step: the scale never adapts",
+        "call scaler.update() after scaler.step(optimizer)",
+    ),
+    Rule(
         "SCF701",
         "R7",
         "epoch scheduler stepped in the batch loop: the learning rate decays once per batch",

@@ -19,7 +19,7 @@ class Engine:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)  # [clip]
         if self.scaler is not None:
             self.scaler.step(self.optimizer)  # [step]
-            self.scaler.update()
+            self.scaler.update()  # [update]
         else:
             self.optimizer.step()
         return loss.item()

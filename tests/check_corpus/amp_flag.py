@@ -13,7 +13,7 @@ def train_one_epoch(model, loader, optimizer, scaler, max_norm, use_amp):
         scaler.unscale_(optimizer)  # [unscale]
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # [clip]
         scaler.step(optimizer)  # [step]
-        scaler.update()
+        scaler.update()  # [update]
 
 
 def evaluate(model, loader):

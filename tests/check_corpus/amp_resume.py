@@ -26,7 +26,7 @@ for _epoch in range(checkpoint["epoch"] + 1, 50):
         scaler.unscale_(optimizer)  # [unscale]
         nn.utils.clip_grad_norm_(model.parameters(), 2.0)  # [clip]
         scaler.step(optimizer)  # [step]
-        scaler.update()
+        scaler.update()  # [update]
     model.eval()  # [eval]
     hits = total = 0
     with torch.inference_mode():  # [nograd]

@@ -1,11 +1,14 @@
 """The checks: each reads one file's training steps or calls and yields (node, code) pairs.
 
-Out of reach statically, and so not checked: anything decided by values at run time (a
-GradScaler built with enabled=False is treated as on; `if step % k == 0` is one branch or the
-other, never a count), code in other files (a helper imported from another module is opaque,
-so its zero_grad or model.train() is not seen), objects reached through containers or
-getattr, and the loop rules that need numbers (R12 per-sample means, R14's loss division, R13's
-patience) or types (R6's dtype with a scaler) that the source does not state.
+Out of reach statically: what values decide at run time (a GradScaler built with
+enabled=flag is taken as on; `if step % k == 0` is read as either branch, never as a count;
+a dtype, a patience or a scheduler mode read from a config file), which optimizer a backward()
+feeds when two models share one loss graph (a GAN's step moved between its discriminator's two
+backward() calls is not seen), and objects reached through containers, getattr or dynamic
+dispatch. Within reach but not built yet: helpers imported from another checked file (they are
+opaque, so a loop split between train.py and engine.py is checked file by file), R6
+(backward or step inside autocast), R7's per-step schedules stepped per epoch, R8 with a
+training-set value, R10's missing model.eval(), R12, R14, R15 and seeding (S1, S2).
 """
 
 import ast

@@ -1,0 +1,1 @@
+"""`scaffold check`: find the silent training-loop bugs of loop-rules.md in Python source."""

@@ -1,0 +1,613 @@
+"""How one file's training code runs: what its objects are, its events in order, its steps."""
+
+import ast
+from dataclasses import dataclass, field
+
+# Beyond this many paths through one loop body the rest are dropped: the first ones, taken in
+# source order, already cover each branch once, and a linter must stay fast.
+MAX_PATHS = 64
+# Helpers are followed this deep; deeper calls are opaque.
+MAX_DEPTH = 6
+
+OPTIMIZERS = {
+    "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "ASGD",
+    "LBFGS", "NAdam", "RAdam", "SparseAdam", "Adafactor", "Optimizer",
+}  # fmt: skip
+PLATEAU = "ReduceLROnPlateau"
+# Schedulers whose length is counted in epochs unless their arguments say otherwise.
+EPOCH_SCHEDULERS = {"StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR"}
+SCHEDULERS = EPOCH_SCHEDULERS | {
+    PLATEAU, "OneCycleLR", "CyclicLR", "LambdaLR", "MultiplicativeLR", "LinearLR", "ConstantLR",
+    "PolynomialLR", "CosineAnnealingWarmRestarts", "SequentialLR", "ChainedScheduler",
+    "LRScheduler", "_LRScheduler",
+}  # fmt: skip
+SCALERS = {"GradScaler"}
+CLIPS = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value"}
+# Methods that move a module or change its dtype.
+MOVES = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
+# Wrappers whose backward(loss) takes the loss as an argument (Accelerate, Fabric, Lightning).
+BACKWARD_WRAPPERS = {"accelerator", "fabric", "engine"}
+
+# Event kinds, in the order a step runs them.
+ZERO, BACKWARD, UNSCALE, CLIP, STEP = "zero", "backward", "unscale", "clip", "step"
+SCHED_STEP, TRAIN_MODE, EVAL_MODE, PASS = "sched_step", "train", "eval", "pass"
+UPDATE = "update"  # scaler.update()
+
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def dotted(node) -> str | None:
+    """`self.model.fc` for that expression; None for anything but names and attributes."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def last_name(node) -> str | None:
+    """The called name: `StepLR` for torch.optim.lr_scheduler.StepLR(...)."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def prefixes(key: str) -> list[str]:
+    """`a.b.c` -> [a, a.b, a.b.c]."""
+    parts = key.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+@dataclass
+class Event:
+    """A call that matters to a training step, where it is, and on what."""
+
+    kind: str
+    node: ast.AST
+    key: str | None = None  # the receiver: optimizer, model or scheduler
+    scaled: bool = False  # a backward() through scaler.scale(...), a step through scaler.step
+    closure: bool = False  # a step given a closure, which runs its own backward
+    has_args: bool = False  # a scheduler step given a value
+    unit: "Unit | None" = None  # a PASS: the training step that runs here
+    keys: frozenset = frozenset()  # a PASS: the names its step uses
+    trains: frozenset = frozenset()  # a PASS: the modules it puts in training mode itself
+
+
+@dataclass
+class Path:
+    """One way through a body: its events, the branch taken at each condition, how it ended."""
+
+    events: list = field(default_factory=list)
+    decisions: dict = field(default_factory=dict)
+    done: str | None = None  # "loop" (break, continue) or "return"
+
+    def copy(self) -> "Path":
+        return Path(list(self.events), dict(self.decisions), self.done)
+
+
+@dataclass
+class Unit:
+    """A training step: a loop body, or a function, in which backward() and step() both run."""
+
+    node: ast.AST  # the loop, or the function
+    function: ast.AST | None  # the function it sits in; None at module level
+    paths: list
+    in_epoch_loop: bool = False  # run from another loop of this file: it is the batch loop
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Where events are read: the names a helper's parameters stand for, the calls open."""
+
+    function: ast.AST | None
+    subst: tuple = ()  # (parameter, caller's key or None) pairs
+    stack: tuple = ()
+
+    def key(self, key: str | None) -> str | None:
+        """The caller's name for a key read inside a helper."""
+        if key is None:
+            return None
+        head, _, rest = key.partition(".")
+        for name, value in self.subst:
+            if name == head:
+                return None if value is None else (f"{value}.{rest}" if rest else value)
+        return key
+
+
+def condition(test) -> tuple[str, bool]:
+    """A condition's identity and sense: `not x`, `x is None` and `x` test the same thing."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        text, sense = condition(test.operand)
+        return text, not sense
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+        and isinstance(test.ops[0], ast.Is | ast.IsNot)
+    ):
+        return ast.dump(test.left), isinstance(test.ops[0], ast.IsNot)
+    return ast.dump(test), True
+
+
+class Module:
+    """One parsed file: its functions, what its objects are, and its training steps."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.parents: dict = {}
+        self.functions: dict = {}  # module-level functions by name
+        self.methods: dict = {}  # class node -> {name: function}
+        self.owner: dict = {}  # function -> its class, for methods
+        self.nested: dict = {}  # function -> {name: nested function}
+        self.classes: dict = {}  # key -> the set of classes assigned to it
+        self.returns: dict = {}  # function -> the set of classes it returns
+        self._index()
+        self._units: dict = {}
+        self.function_units: list = []
+        self.loops_paths: dict = {}  # every loop -> its paths
+        self._find_steps()
+
+    # --- what the file defines ---
+
+    def _index(self) -> None:
+        self.nodes = [self.tree]  # every node, parents before children
+        for node in self.nodes:
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+                self.nodes.append(child)
+        self.function_nodes = [n for n in self.nodes if isinstance(n, FUNCTIONS)]
+        for node in self.tree.body:
+            if isinstance(node, FUNCTIONS):
+                self.functions[node.name] = node
+        for node in self.nodes:
+            if isinstance(node, ast.ClassDef):
+                methods = {item.name: item for item in node.body if isinstance(item, FUNCTIONS)}
+                self.methods[node] = methods
+                for method in methods.values():
+                    self.owner[method] = node
+        for function in self.function_nodes:
+            self.nested[function] = {}
+            self.returns[function] = set()
+        local = {}  # (function, name) -> the class a call assigned to it
+        for node in self.nodes:
+            function = self.enclosing_function(node)
+            if isinstance(node, FUNCTIONS) and function is not None:
+                self.nested[function][node.name] = node
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        local[function, target.id] = last_name(node.value)
+            elif isinstance(node, ast.Return) and function is not None and node.value is not None:
+                value = node.value
+                if isinstance(value, ast.Call):
+                    self.returns[function].add(last_name(value))
+                elif isinstance(value, ast.Name) and (function, value.id) in local:
+                    self.returns[function].add(local[function, value.id])
+        for function in self.function_nodes:
+            self.returns[function] &= OPTIMIZERS | SCHEDULERS | SCALERS
+        self._learn_classes()
+
+    def constructed(self, call) -> set:
+        """The classes a call builds: a known class, or what a helper of this file returns."""
+        if not isinstance(call, ast.Call):
+            return set()
+        name = last_name(call)
+        if name in OPTIMIZERS | SCHEDULERS | SCALERS:
+            return {name}
+        target = self.functions.get(name) if isinstance(call.func, ast.Name) else None
+        return set(self.returns.get(target, ())) if target else set()
+
+    def _learn_classes(self) -> None:
+        self.constructors: dict = {}  # key -> the calls that built it
+        for node in self.nodes:
+            pairs = []
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                        pairs += zip(target.elts, node.value.elts, strict=False)
+                    else:
+                        pairs.append((target, node.value))
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                pairs.append((node.target, node.value))
+            elif isinstance(node, ast.arg) and node.annotation is not None:
+                name = last_name(node.annotation)
+                if name in OPTIMIZERS | SCHEDULERS | SCALERS:
+                    self.classes.setdefault(node.arg, set()).add(name)
+            for target, value in pairs:
+                key, built = dotted(target), self.constructed(value)
+                if key and built:
+                    self.classes.setdefault(key, set()).update(built)
+                    self.constructors.setdefault(key, []).append(value)
+
+    def kind(self, key: str | None) -> str | None:
+        """optimizer, scheduler, scaler or None: from what was assigned, else from the name."""
+        if key is None:
+            return None
+        classes = self.classes.get(key)
+        if classes:
+            if classes <= SCALERS:
+                return "scaler"
+            if classes <= SCHEDULERS:
+                return "scheduler"
+            if classes <= OPTIMIZERS:
+                return "optimizer"
+        name = key.rsplit(".", 1)[-1].lower()
+        if "scaler" in name:
+            return "scaler"
+        if "sched" in name or name.startswith("lr_"):
+            return "scheduler"
+        if "opt" in name:
+            return "optimizer"
+        return None
+
+    def resolve(self, call: ast.Call, ctx: Ctx):
+        """The function of this file a call runs, if it can be known."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            scope = ctx.function
+            while scope is not None:
+                if func.id in self.nested.get(scope, {}):
+                    return self.nested[scope][func.id]
+                scope = self.enclosing_function(scope)
+            return self.functions.get(func.id)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id == "self" and ctx.function is not None:
+                cls = self.owner.get(self.method_of(ctx.function))
+                if cls is not None:
+                    return self.methods[cls].get(func.attr)
+        return None
+
+    def enclosing_function(self, node):
+        node = self.parents.get(node)
+        while node is not None and not isinstance(node, FUNCTIONS):
+            node = self.parents.get(node)
+        return node
+
+    def method_of(self, function):
+        """The method a (possibly nested) function sits in."""
+        while function is not None and function not in self.owner:
+            function = self.enclosing_function(function)
+        return function
+
+    # --- events ---
+
+    def body_paths(self, body: list, ctx: Ctx) -> list:
+        paths = [Path()]
+        for stmt in body:
+            paths = self.stmt(stmt, ctx, paths)
+        return paths
+
+    def stmt(self, node, ctx: Ctx, paths: list) -> list:
+        live = [p for p in paths if p.done is None]
+        if not live:
+            return paths
+        ended = [p for p in paths if p.done is not None]
+        return ended + self._stmt(node, ctx, live)[:MAX_PATHS]
+
+    def _stmt(self, node, ctx: Ctx, paths: list) -> list:
+        if isinstance(node, ast.Expr | ast.Assign | ast.AugAssign | ast.AnnAssign):
+            if getattr(node, "value", None) is not None:
+                paths = self.expr(node.value, ctx, paths)
+            if _manual_update(node):
+                self.add(paths, Event(STEP, node, key="<manual>"))  # p -= lr * p.grad
+            if isinstance(node, ast.Assign) and _clears_grad(node):
+                self.add(paths, Event(ZERO, node))  # p.grad = None
+            return paths
+        if isinstance(node, ast.Return):
+            if node.value is not None:
+                paths = self.expr(node.value, ctx, paths)
+            for path in paths:
+                path.done = "return"
+            return paths
+        if isinstance(node, ast.Raise):
+            return []  # an error path: not a training step
+        if isinstance(node, ast.Break | ast.Continue):
+            for path in paths:
+                path.done = "loop"
+            return paths
+        if isinstance(node, ast.If):
+            return self._if(node, ctx, self.expr(node.test, ctx, paths))
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            head = node.test if isinstance(node, ast.While) else node.iter
+            paths = self.expr(head, ctx, paths)
+            unit = self.unit(node)
+            if unit is not None:
+                trains = frozenset(
+                    ctx.key(e.key) for p in unit.paths for e in p.events if e.kind == TRAIN_MODE
+                )
+                pass_ = Event(PASS, node, unit=unit, keys=self._keys(node, ctx), trains=trains)
+                self.add(paths, pass_)
+                return paths
+            # Another loop runs once here: what it does, in order, is what matters.
+            paths = self.block(node.body, ctx, paths)
+            for path in paths:
+                if path.done == "loop":
+                    path.done = None
+            return paths
+        if isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                paths = self.expr(item.context_expr, ctx, paths)
+            return self.block(node.body, ctx, paths)
+        if isinstance(node, ast.Try):
+            paths = self.block(node.body + node.orelse, ctx, paths)
+            return self.block(node.finalbody, ctx, paths)
+        return paths
+
+    def block(self, body: list, ctx: Ctx, paths: list) -> list:
+        for stmt in body:
+            paths = self.stmt(stmt, ctx, paths)
+        return paths
+
+    def _if(self, node: ast.If, ctx: Ctx, paths: list) -> list:
+        text, sense = condition(node.test)
+        out = []
+        for path in paths:
+            if text in path.decisions:  # the same flag tested again takes the same branch
+                body = node.body if path.decisions[text] == sense else node.orelse
+                out += self.block(body, ctx, [path])
+                continue
+            yes = self.block(node.body, ctx, [path.copy()])
+            no = self.block(node.orelse, ctx, [path.copy()])
+            if all(_same(p, path) for p in yes + no):
+                out.append(path)  # no event in either branch: nothing to tell apart
+                continue
+            for branch, taken in ((yes, sense), (no, not sense)):
+                for p in branch:
+                    p.decisions[text] = taken
+                out += branch
+        return out
+
+    def add(self, paths: list, event: Event) -> None:
+        for path in paths:
+            if path.done is None:
+                path.events.append(event)
+
+    def expr(self, node, ctx: Ctx, paths: list) -> list:
+        """Thread the paths through an expression, in evaluation order."""
+        if node is None or isinstance(node, ast.Lambda | ast.FunctionDef):
+            return paths
+        if not isinstance(node, ast.Call):
+            for child in ast.iter_child_nodes(node):
+                paths = self.expr(child, ctx, paths)
+            return paths
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            paths = self.expr(func.value, ctx, paths)
+        closure = None
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            if isinstance(func, ast.Attribute) and func.attr == "step":
+                target = arg.body if isinstance(arg, ast.Lambda) else None
+                found = self.resolve(ast.Call(func=arg, args=[], keywords=[]), ctx)
+                if target is not None or found is not None:
+                    closure = target if target is not None else found
+                    continue
+            paths = self.expr(arg, ctx, paths)
+        if closure is not None:  # step(closure): the closure's backward runs before the update
+            if isinstance(closure, ast.AST) and not isinstance(closure, ast.FunctionDef):
+                paths = self.expr(closure, ctx, paths)
+            else:
+                paths = self.inline(closure, node, ctx, paths)
+        event = self.classify(node, ctx, closure is not None)
+        if event is not None:
+            self.add(paths, event)
+            return paths
+        target = self.resolve(node, ctx)
+        if target is not None:
+            return self.inline(target, node, ctx, paths)
+        return paths
+
+    def classify(self, call: ast.Call, ctx: Ctx, closure: bool) -> Event | None:
+        func = call.func
+        name = last_name(call)
+        if name in CLIPS:
+            return Event(CLIP, call)
+        if name in ("backward", "manual_backward"):
+            return self._backward(call, ctx)
+        if not isinstance(func, ast.Attribute):
+            return None
+        raw = dotted(func.value)
+        key = ctx.key(raw)
+        kind = self.kind(raw) or self.kind(key)
+        if name == "zero_grad" or (name == "zero_" and raw and ".grad" in f"{raw}."):
+            return Event(ZERO, call, key=key)
+        if name == "unscale_":
+            return Event(UNSCALE, call, key=key)
+        if name == "update" and kind == "scaler":
+            return Event(UPDATE, call, key=key)
+        if name == "step":
+            given = bool(call.args or call.keywords)
+            if kind == "scaler":
+                optimizer = ctx.key(dotted(call.args[0])) if call.args else None
+                return Event(STEP, call, key=optimizer, scaled=True)
+            if kind == "scheduler":
+                return Event(SCHED_STEP, call, key=key, has_args=given)
+            if kind == "optimizer":
+                # An argument is a closure (LBFGS), even one this file does not show.
+                return Event(STEP, call, key=key, closure=closure or given)
+            return None
+        if name in ("add_", "sub_", "addcdiv_", "addcmul_") and any(map(_uses_grad, call.args)):
+            return Event(STEP, call, key="<manual>")  # p.add_(p.grad, alpha=-lr)
+        if name == "eval" and not call.args and not call.keywords:
+            return Event(EVAL_MODE, call, key=key)
+        if name == "train":
+            flag = (
+                call.args[0] if call.args else (call.keywords[0].value if call.keywords else None)
+            )
+            if flag is None or (isinstance(flag, ast.Constant) and flag.value is True):
+                return Event(TRAIN_MODE, call, key=key)
+            if isinstance(flag, ast.Constant) and flag.value is False:
+                return Event(EVAL_MODE, call, key=key)
+        return None
+
+    def _backward(self, call: ast.Call, ctx: Ctx) -> Event:
+        """A backward() event; its key is the loss tensor's name, as the caller names it."""
+        loss = loss_of(call)
+        scaled = isinstance(call.func, ast.Attribute) and _is_scale(call.func.value)
+        return Event(BACKWARD, call, key=ctx.key(dotted(loss)), scaled=scaled)
+
+    def inline(self, function, call: ast.Call, ctx: Ctx, paths: list) -> list:
+        """Run a helper's body in place of its call, its parameters named as the caller names."""
+        if function in ctx.stack or len(ctx.stack) >= MAX_DEPTH:
+            return paths
+        params = [a.arg for a in function.args.posonlyargs + function.args.args]
+        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+            params = params[1:]
+        subst = {p: None for p in params + [a.arg for a in function.args.kwonlyargs]}
+        for param, arg in zip(params, call.args, strict=False):
+            subst[param] = ctx.key(dotted(arg))
+        for keyword in call.keywords:
+            if keyword.arg in subst:
+                subst[keyword.arg] = ctx.key(dotted(keyword.value))
+        # A parameter passed a name keeps the caller's; a nested closure reads the caller's own.
+        inner = Ctx(function, tuple(subst.items()), (*ctx.stack, function))
+        if self.enclosing_function(function) is ctx.function and function not in self.owner:
+            inner = Ctx(function, ctx.subst + tuple(subst.items()), inner.stack)
+        result = self.block(function.body, inner, [p.copy() for p in paths])
+        for path in result:
+            if path.done == "return":
+                path.done = None
+        return result
+
+    def _keys(self, loop, ctx: Ctx) -> frozenset:
+        """The names a loop uses, in the loop or in the helpers of this file it calls."""
+        keys, seen, todo = set(), set(), [loop]
+        while todo:
+            for node in ast.walk(todo.pop()):
+                if isinstance(node, ast.Name | ast.Attribute):
+                    key = ctx.key(dotted(node))
+                    if key:
+                        keys.update(prefixes(key))
+                elif isinstance(node, ast.Call):
+                    found = self.resolve(node, Ctx(self.enclosing_function(node)))
+                    if found is not None and found not in seen:
+                        seen.add(found)
+                        todo.append(found)
+        return frozenset(keys)
+
+    # --- training steps ---
+
+    def unit(self, loop) -> Unit | None:
+        """The training step a loop is, or None: memoised, read in the loop's own function."""
+        if loop not in self._units:
+            self._units[loop] = None  # a loop reached again while being read is no step
+            function = self.enclosing_function(loop)
+            paths = self.body_paths(loop.body, Ctx(function, (), (function,)))
+            self.loops_paths[loop] = paths
+            if _has_step(paths):
+                self._units[loop] = Unit(loop, function, paths)
+        return self._units[loop]
+
+    def _find_steps(self) -> None:
+        self.hot = hot = self._reaching_backward()
+        for node in self.nodes:
+            if isinstance(node, LOOPS):
+                if node in hot:
+                    self.unit(node)
+                else:  # nothing in it can run backward(): no step, no training pass
+                    self.loops_paths.setdefault(node, [])
+        for paths in self.loops_paths.values():
+            for path in paths:
+                for event in path.events:
+                    if event.kind == PASS:
+                        event.unit.in_epoch_loop = True
+        called = {target for _, target in self.calls if target is not None}
+        for node in self.function_nodes:
+            if node in hot and node not in called:
+                paths = self.body_paths(node.body, Ctx(node, (), (node,)))
+                if _has_step(paths):
+                    self.function_units.append(Unit(node, node, paths))
+
+    def _reaching_backward(self) -> set:
+        """The loops and functions from which a backward() call may run, through helpers."""
+        self.calls = [
+            (node, self.resolve(node, Ctx(self.enclosing_function(node))))
+            for node in self.nodes
+            if isinstance(node, ast.Call)
+        ]
+        hot = set()
+        changed = True
+        while changed:  # until no helper adds another caller
+            changed = False
+            for call, target in self.calls:
+                if call in hot:
+                    continue
+                if last_name(call) in ("backward", "manual_backward") or target in hot:
+                    hot.add(call)
+                    changed = True
+                    node = self.parents.get(call)
+                    while node is not None:
+                        hot.add(node)
+                        node = self.parents.get(node)
+        return hot
+
+    def loop_units(self) -> list:
+        return [unit for unit in self._units.values() if unit is not None]
+
+    def steps(self) -> list:
+        """Every training step of the file, loops first, in source order."""
+        units = self.loop_units() + self.function_units
+        return sorted(units, key=lambda u: (u.node.lineno, u.node.col_offset))
+
+
+def loss_of(call: ast.Call):
+    """The loss a backward() call runs from: loss in loss.backward(), (loss / k).backward(),
+    scaler.scale(loss).backward(), accelerator.backward(loss), torch.autograd.backward(loss)."""
+    func = call.func
+    owner = dotted(func.value) if isinstance(func, ast.Attribute) else None
+    wrapper = owner is not None and owner.rsplit(".", 1)[-1] in BACKWARD_WRAPPERS
+    if not isinstance(func, ast.Attribute) or wrapper or owner == "torch.autograd":
+        value = call.args[0] if call.args else None
+    elif func.attr == "manual_backward":
+        value = call.args[0] if call.args else None
+    else:
+        value = func.value
+    while True:
+        if _is_scale(value):
+            value = value.args[0]
+        elif isinstance(value, ast.BinOp):
+            value = value.left  # (loss / accumulation_steps).backward()
+        else:
+            return value
+
+
+def _is_scale(node) -> bool:
+    return isinstance(node, ast.Call) and last_name(node) == "scale" and bool(node.args)
+
+
+def _has_step(paths: list) -> bool:
+    kinds = {event.kind for path in paths for event in path.events}
+    return BACKWARD in kinds and STEP in kinds
+
+
+def _same(path: Path, before: Path) -> bool:
+    return len(path.events) == len(before.events) and path.done == before.done
+
+
+def _uses_grad(node) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))
+
+
+def _manual_update(node) -> bool:
+    # Only `p -= lr * p.grad`: a `+=` of gradients is usually a norm being summed for a log.
+    return (
+        isinstance(node, ast.AugAssign)
+        and isinstance(node.op, ast.Sub)
+        and ".grad" not in f"{dotted(node.target)}."
+        and _uses_grad(node.value)
+    )
+
+
+def _clears_grad(node: ast.Assign) -> bool:
+    return (
+        isinstance(node.value, ast.Constant)
+        and node.value.value is None
+        and any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in node.targets)
+    )

@@ -1,0 +1,142 @@
+"""The rule table of `scaffold check`: codes, the loop rule each guards, messages and fixes."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One kind of finding: its code, the rule of loop-rules.md it guards, what and how to fix."""
+
+    code: str
+    rule: str
+    message: str
+    fix: str
+
+
+# Codes read SCF + the rule's number + a two-digit index: SCF201 is R2's first check and
+# SCF1001 is R10's. The checkpoint rules (C1-C4) follow the loop rules' numbers at 20 + n, so
+# C3 is SCF2301.
+_RULES = [
+    Rule(
+        "SCF101",
+        "R1",
+        "model moved after the optimizer was built from its parameters; a dtype change "
+        "leaves the optimizer updating the discarded ones",
+        "move the model first, then build the optimizer",
+    ),
+    Rule(
+        "SCF201",
+        "R2",
+        "zero_grad() between backward() and step() erases the gradients before the update",
+        "call zero_grad() before backward(), or after step()",
+    ),
+    Rule(
+        "SCF202",
+        "R2",
+        "no zero_grad() in this training step: gradients of every batch add up",
+        "call optimizer.zero_grad(set_to_none=True) once per step, before backward()",
+    ),
+    Rule(
+        "SCF301",
+        "R3",
+        "step() before backward() in this training step updates with stale or no gradients",
+        "call step() after backward()",
+    ),
+    Rule(
+        "SCF401",
+        "R4",
+        "gradient clipping outside backward() -> step() does nothing",
+        "clip after backward() and before step()",
+    ),
+    Rule(
+        "SCF501",
+        "R5",
+        "clipping scaled gradients without scaler.unscale_() first: the threshold is off by "
+        "the scale factor",
+        "call scaler.unscale_(optimizer) before clipping",
+    ),
+    Rule(
+        "SCF502",
+        "R5",
+        "optimizer.step() after a scaled backward() bypasses the GradScaler's inf/nan skip",
+        "call scaler.step(optimizer) then scaler.update()",
+    ),
+    Rule(
+        "SCF503",
+        "R5",
+        "scaler.step() after a backward() of the unscaled loss: it divides gradients that "
+        "were never multiplied",
+        "backpropagate scaler.scale(loss)",
+    ),
+    Rule(
+        "SCF504",
+        "R5",
+        "scaler.step() and no scaler.update() in this training step: the scale never adapts",
+        "call scaler.update() after scaler.step(optimizer)",
+    ),
+    Rule(
+        "SCF701",
+        "R7",
+        "epoch scheduler stepped in the batch loop: the learning rate decays once per batch",
+        "step it once per epoch, after the batch loop, or count its length in steps",
+    ),
+    Rule(
+        "SCF801",
+        "R8",
+        "ReduceLROnPlateau.step() without the monitored metric",
+        "pass the validation value: scheduler.step(val_loss)",
+    ),
+    Rule(
+        "SCF901",
+        "R9",
+        "model.eval() in the epoch loop and no model.train() before the next training pass: "
+        "dropout and BatchNorm stay in eval mode",
+        "call model.train() at the start of each training pass",
+    ),
+    Rule(
+        "SCF1001",
+        "R10",
+        "evaluation loop without torch.no_grad() or torch.inference_mode(): an autograd graph "
+        "is built for every batch",
+        "wrap it in `with torch.no_grad():` or decorate the function with @torch.no_grad()",
+    ),
+    Rule(
+        "SCF1101",
+        "R11",
+        "loss tensor kept across steps: each one pins its autograd graph in memory",
+        "keep loss.item() or loss.detach() instead",
+    ),
+    Rule(
+        "SCF2301",
+        "C3",
+        "torch.load() without weights_only=True can run code from an untrusted file",
+        "pass weights_only=True",
+    ),
+]
+
+RULES = {rule.code: rule for rule in _RULES}
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One finding at a 1-based line and column of a file."""
+
+    path: str
+    line: int
+    column: int
+    code: str
+
+    @property
+    def rule(self) -> Rule:
+        return RULES[self.code]
+
+
+def matches(code: str, selectors) -> bool:
+    """Whether a code is named by one of the selectors: a code, a code prefix or a rule id."""
+    rule = RULES[code].rule
+    return any(code.startswith(s.strip().upper()) or rule == s.strip().upper() for s in selectors)
+
+
+def unknown_selectors(selectors) -> list[str]:
+    """The selectors that name no rule: a typo would otherwise silently select nothing."""
+    return [s for s in selectors if not any(matches(code, [s]) for code in RULES)]

@@ -1,0 +1,62 @@
+"""`scaffold check` as a function: read the paths, run the checks, keep what is selected."""
+
+from dataclasses import dataclass, field
+
+from scaffold.check.checks import check_tree
+from scaffold.check.files import Unreadable, python_files, read_source
+from scaffold.check.rules import Finding, matches
+
+
+@dataclass
+class Result:
+    """What a check found, the one-line problems with paths it could not check, files read."""
+
+    findings: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    files: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        """2 when a path could not be checked, else 1 when something was found, else 0."""
+        if self.problems:
+            return 2
+        return 1 if self.findings else 0
+
+
+def check_paths(paths: list[str], select=(), ignore=()) -> Result:
+    """Check every Python file under `paths`; `select` and `ignore` take codes, prefixes or
+    rule ids (SCF201, SCF2, R2)."""
+    result = Result()
+    seen = set()
+    try:
+        for path in python_files(paths):
+            if isinstance(path, Unreadable):
+                result.problems.append(str(path))
+                continue
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                source = read_source(path)
+            except Unreadable as err:
+                result.problems.append(str(err))
+                continue
+            result.files += 1
+            result.findings += check_source(source, select, ignore)
+    except OSError as err:  # a folder that cannot be listed
+        result.problems.append(f"{err.filename}: cannot read: {err.strerror or err}")
+    return result
+
+
+def check_source(source, select=(), ignore=()) -> list[Finding]:
+    """The findings of one parsed file that are selected and not silenced by a noqa comment."""
+    findings = []
+    for node, code in check_tree(source.tree):
+        if select and not matches(code, select):
+            continue
+        if ignore and matches(code, ignore):
+            continue
+        if source.silenced(node.lineno, code):
+            continue
+        findings.append(Finding(source.path, node.lineno, node.col_offset + 1, code))
+    return findings

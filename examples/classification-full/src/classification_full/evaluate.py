@@ -28,13 +28,9 @@ def evaluate_data(predictor: Predictor, data: str | Path) -> dict:
     report = {"samples": len(split), **metrics}
     classes = getattr(predictor.task, "classes", None)
     if classes is not None:
-        matrix = torch.zeros(len(classes), len(classes), dtype=torch.int64)
-        with torch.inference_mode():
-            for inputs, targets in predictor.batches(split):
-                with torch.autocast(inputs.device.type, dtype=predictor.amp_dtype):
-                    predicted = predictor.model(inputs).argmax(dim=1)
-                pairs = targets.cpu() * len(classes) + predicted.cpu()
-                matrix += torch.bincount(pairs, minlength=len(classes) ** 2).view_as(matrix)
+        outputs, targets = predictor.run(split)
+        pairs = targets * len(classes) + outputs.argmax(dim=1)
+        matrix = torch.bincount(pairs, minlength=len(classes) ** 2).view(len(classes), -1)
         report["classes"] = list(classes)
         report["confusion"] = matrix.tolist()
     return report

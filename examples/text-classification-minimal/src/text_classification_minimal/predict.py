@@ -75,19 +75,24 @@ class Predictor:
         """Batches of split on the predictor's device, in a fixed order and never augmented."""
         return Batches(split, self.batch_size, shuffle=False, device=self.device)
 
+    def run(self, split) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's outputs (float32) and the targets of every sample, in batch order."""
+        outputs, targets = [], []
+        with torch.inference_mode():
+            for inputs, batch_targets in self.batches(split):
+                outputs.append(self.model(inputs).float().cpu())
+                targets.append(batch_targets.cpu())
+        return torch.cat(outputs), torch.cat(targets)
+
     def outputs(self, split) -> torch.Tensor:
         """The model's outputs for every sample of an unlabelled split, in the split's order.
 
         An unlabelled split's targets are the samples' positions, so the order comes back
         whatever order the batches take (text batches go by length).
         """
-        positions, outputs = [], []
-        with torch.inference_mode():
-            for inputs, position in self.batches(split):
-                outputs.append(self.model(inputs).float().cpu())
-                positions.append(position.cpu())
-        ordered = torch.empty_like(torch.cat(outputs))
-        ordered[torch.cat(positions)] = torch.cat(outputs)
+        outputs, positions = self.run(split)
+        ordered = torch.empty_like(outputs)
+        ordered[positions] = outputs
         return ordered
 
     def predict(self, data: str | Path) -> list[dict]:

@@ -93,24 +93,38 @@ def read_csv(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, lis
     The file is read as a stream, one line at a time, into compact float32 storage, so memory
     grows with the number of cells rather than with Python objects.
     """
-    _check_regular_file(path)
     target = target.strip()  # as the column names are
+
+    def every_other_column(header: list[str]) -> tuple[list[int], int]:
+        if target not in header:
+            raise DataError(f"{path}: no column '{target}' (columns: {', '.join(header)})")
+        if len(header) < 2:
+            raise DataError(f"{path}: no feature columns besides '{target}'")
+        t = header.index(target)
+        return [i for i in range(len(header)) if i != t], t
+
+    header, columns, features, targets, _ = _read_table(
+        path, every_other_column, "train on a sample of its rows"
+    )
+    return features, targets, [header[i] for i in columns]
+
+
+def _read_table(path: str | Path, pick, too_big: str):
+    """The header, the columns pick(header) chose, then what _read_rows reads of them.
+
+    pick returns the feature columns and the target column (None: no target), or refuses.
+    """
+    _check_regular_file(path)
     try:
         with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
             reader = csv.reader(_lines(f, path))
             header = _read_header(reader, path)
-            if target not in header:
-                raise DataError(f"{path}: no column '{target}' (columns: {', '.join(header)})")
-            if len(header) < 2:
-                raise DataError(f"{path}: no feature columns besides '{target}'")
-            t = header.index(target)
-            columns = [i for i in range(len(header)) if i != t]
-            features, targets, _ = _read_rows(reader, path, header, columns, t)
-            return features, targets, [header[i] for i in columns]
+            columns, t = pick(header)
+            return header, columns, *_read_rows(reader, path, header, columns, t)
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror}") from None
     except MemoryError:
-        raise DataError(f"{path} does not fit in memory; train on a sample of its rows") from None
+        raise DataError(f"{path} does not fit in memory; {too_big}") from None
 
 
 def _check_regular_file(path: str | Path) -> None:
@@ -284,30 +298,24 @@ class NewData:
         the target column unless labelled. A missing feature column is refused: filling it in
         would predict from a value the model never saw.
         """
-        _check_regular_file(path)
-        try:
-            with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-                reader = csv.reader(_lines(f, path))
-                header = _read_header(reader, path)
-                missing = [name for name in self.feature_names if name not in header]
-                if missing:
-                    raise DataError(
-                        f"{path}: no column {', '.join(repr(n) for n in missing[:5])}"
-                        f"{' and others' if len(missing) > 5 else ''}; the model reads the "
-                        f"{len(self.feature_names)} feature columns it was trained on"
-                    )
-                if labelled and self.target not in header:
-                    raise DataError(
-                        f"{path}: no target column '{self.target}'; evaluation compares "
-                        "predictions with it (predict needs no target)"
-                    )
-                columns = [header.index(name) for name in self.feature_names]
-                t = header.index(self.target) if labelled else None
-                features, labels, lines = _read_rows(reader, path, header, columns, t)
-        except OSError as err:
-            raise DataError(f"cannot read {path}: {err.strerror}") from None
-        except MemoryError:
-            raise DataError(f"{path} does not fit in memory; split it into parts") from None
+
+        def training_columns(header: list[str]) -> tuple[list[int], int | None]:
+            missing = [name for name in self.feature_names if name not in header]
+            if missing:
+                raise DataError(
+                    f"{path}: no column {', '.join(repr(n) for n in missing[:5])}"
+                    f"{' and others' if len(missing) > 5 else ''}; the model reads the "
+                    f"{len(self.feature_names)} feature columns it was trained on"
+                )
+            if labelled and self.target not in header:
+                raise DataError(
+                    f"{path}: no target column '{self.target}'; evaluation compares "
+                    "predictions with it (predict needs no target)"
+                )
+            columns = [header.index(name) for name in self.feature_names]
+            return columns, header.index(self.target) if labelled else None
+
+        _, _, features, labels, lines = _read_table(path, training_columns, "split it into parts")
         targets = torch.arange(len(lines))  # unlabelled: each row's position (interface.py)
         if labelled:
             try:

@@ -33,6 +33,7 @@ from scaffold.check.flow import (
     dotted,
     last_name,
 )
+from scaffold.check.project import Project
 
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # Names of functions that evaluate a model; `test_*` is left out: those are pytest's.
@@ -45,12 +46,23 @@ SAFE_CALLS = {"float", "int", "bool", "str", "repr", "len", "round"}
 
 
 def check_tree(tree: ast.Module) -> list[tuple[ast.AST, str]]:
-    """Every finding of one parsed file, as (node, code) pairs in source order, once each."""
-    module = Module(tree)
+    """Every finding of one parsed file on its own, as (node, code) pairs in source order."""
+    project = Project()
+    project.add(tree)
+    project.finish()
+    return [(node, code) for _, node, code in check_project(project)]
+
+
+def check_project(project: Project) -> list[tuple[Module, ast.AST, str]]:
+    """Every finding in the project's files, as (file, node, code), once each. A finding in a
+    helper is reported in the helper's file, whichever file's loop called it."""
     found = {}
-    for check in CHECKS:
-        for node, code in check(module):
-            found.setdefault((node.lineno, node.col_offset, code), (node, code))
+    for module in project.modules:
+        for check in CHECKS:
+            for node, code in check(module):
+                home = project.module_at(node)
+                key = (project.modules.index(home), node.lineno, node.col_offset, code)
+                found.setdefault(key, (home, node, code))
     return [found[key] for key in sorted(found)]
 
 
@@ -294,14 +306,10 @@ def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:
             return True  # torch.set_grad_enabled(False) earlier in the function
     if function is None or not callers:
         return False
-    calls = [
-        node
-        for node in module.nodes
-        if isinstance(node, ast.Call)
-        and module.resolve(node, Ctx(module.enclosing_function(node))) is function
-    ]
+    calls = module.project.callers(function)
     return bool(calls) and all(
-        _grad_free(module, call, module.enclosing_function(call), callers=False) for call in calls
+        _grad_free(home, call, home.enclosing_function(call), callers=False)
+        for call, home in calls
     )
 
 

@@ -1,4 +1,7 @@
-"""How one file's training code runs: what its objects are, its events in order, its steps."""
+"""How one file's training code runs: what its objects are, its events in order, its steps.
+
+A Module reads one file; the Project (project.py) it belongs to holds what the checked files
+share, so a call to a helper imported from another checked file is read like a local one."""
 
 import ast
 from dataclasses import dataclass, field
@@ -109,6 +112,7 @@ class Ctx:
     function: ast.AST | None
     subst: tuple = ()  # (parameter, caller's key or None) pairs
     stack: tuple = ()
+    root: "Module | None" = None  # the file the reading started in: where keys are named
 
     def key(self, key: str | None) -> str | None:
         """The caller's name for a key read inside a helper."""
@@ -140,20 +144,24 @@ def condition(test) -> tuple[str, bool]:
 class Module:
     """One parsed file: its functions, what its objects are, and its training steps."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, project, path: str = "") -> None:
         self.tree = tree
-        self.parents: dict = {}
+        self.project = project
+        self.path = path
+        # Keyed by nodes, so every file of the project shares them.
+        self.parents = project.parents
+        self.methods = project.methods  # class node -> {name: function}
+        self.owner = project.owner  # function -> its class, for methods
+        self.nested = project.nested  # function -> {name: nested function}
+        self.returns = project.returns  # function -> the set of classes it returns
+        self._units = project.units
         self.functions: dict = {}  # module-level functions by name
-        self.methods: dict = {}  # class node -> {name: function}
-        self.owner: dict = {}  # function -> its class, for methods
-        self.nested: dict = {}  # function -> {name: nested function}
+        self.imports: dict = {}  # name -> (level, module, attribute or None)
         self.classes: dict = {}  # key -> the set of classes assigned to it
-        self.returns: dict = {}  # function -> the set of classes it returns
-        self._index()
-        self._units: dict = {}
         self.function_units: list = []
-        self.loops_paths: dict = {}  # every loop -> its paths
-        self._find_steps()
+        self.loops_paths: dict = {}  # every loop of this file -> its paths
+        self.calls: list = []  # (call, the function it runs or None)
+        self._index()
 
     # --- what the file defines ---
 
@@ -173,6 +181,8 @@ class Module:
                 self.methods[node] = methods
                 for method in methods.values():
                     self.owner[method] = node
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                self._imported(node)
         for function in self.function_nodes:
             self.nested[function] = {}
             self.returns[function] = set()
@@ -193,7 +203,20 @@ class Module:
                     self.returns[function].add(local[function, value.id])
         for function in self.function_nodes:
             self.returns[function] &= OPTIMIZERS | SCHEDULERS | SCALERS
-        self._learn_classes()
+
+    def _imported(self, node) -> None:
+        """Record the names an import binds: `from .engine import fit as f` binds f."""
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    self.imports[alias.asname] = (0, alias.name, None)
+                else:  # `import a.b` binds a; a.b.f is looked up whole
+                    head = alias.name.split(".")[0]
+                    self.imports[head] = (0, head, None)
+            return
+        for alias in node.names:
+            if alias.name != "*":
+                self.imports[alias.asname or alias.name] = (node.level, node.module or "", alias.name)
 
     def constructed(self, call) -> set:
         """The classes a call builds: a known class, or what a helper of this file returns."""
@@ -202,10 +225,11 @@ class Module:
         name = last_name(call)
         if name in OPTIMIZERS | SCHEDULERS | SCALERS:
             return {name}
-        target = self.functions.get(name) if isinstance(call.func, ast.Name) else None
+        target = self.resolve(call, Ctx(self.enclosing_function(call)))
         return set(self.returns.get(target, ())) if target else set()
 
-    def _learn_classes(self) -> None:
+    def learn_classes(self) -> None:
+        """What each name holds, once every file is indexed (a builder may be imported)."""
         self.constructors: dict = {}  # key -> the calls that built it
         for node in self.nodes:
             pairs = []
@@ -249,7 +273,7 @@ class Module:
         return None
 
     def resolve(self, call: ast.Call, ctx: Ctx):
-        """The function of this file a call runs, if it can be known."""
+        """The function of a checked file a call runs, if it can be known."""
         func = call.func
         if isinstance(func, ast.Name):
             scope = ctx.function
@@ -257,12 +281,27 @@ class Module:
                 if func.id in self.nested.get(scope, {}):
                     return self.nested[scope][func.id]
                 scope = self.enclosing_function(scope)
-            return self.functions.get(func.id)
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            if func.value.id == "self" and ctx.function is not None:
+            if func.id in self.functions:
+                return self.functions[func.id]
+            if func.id in self.imports:
+                level, module, name = self.imports[func.id]
+                if name is not None:
+                    return self.project.function(self, level, module, name)
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        if isinstance(func.value, ast.Name) and func.value.id == "self":
+            if ctx.function is not None:
                 cls = self.owner.get(self.method_of(ctx.function))
                 if cls is not None:
                     return self.methods[cls].get(func.attr)
+            return None
+        owner = dotted(func.value)  # engine.fit(...), with engine an imported module
+        head, _, rest = (owner or "").partition(".")
+        if head in self.imports:
+            level, module, name = self.imports[head]
+            parts = [p for p in (module, name, rest) if p]
+            return self.project.function(self, level, ".".join(parts), func.attr)
         return None
 
     def enclosing_function(self, node):
@@ -415,7 +454,7 @@ class Module:
             return None
         raw = dotted(func.value)
         key = ctx.key(raw)
-        kind = self.kind(raw) or self.kind(key)
+        kind = self.kind(raw) or (ctx.root or self).kind(key)
         if name == "zero_grad" or (name == "zero_" and raw and ".grad" in f"{raw}."):
             return Event(ZERO, call, key=key)
         if name == "unscale_":
@@ -467,10 +506,12 @@ class Module:
             if keyword.arg in subst:
                 subst[keyword.arg] = ctx.key(dotted(keyword.value))
         # A parameter passed a name keeps the caller's; a nested closure reads the caller's own.
-        inner = Ctx(function, tuple(subst.items()), (*ctx.stack, function))
+        inner = Ctx(function, tuple(subst.items()), (*ctx.stack, function), ctx.root or self)
         if self.enclosing_function(function) is ctx.function and function not in self.owner:
-            inner = Ctx(function, ctx.subst + tuple(subst.items()), inner.stack)
-        result = self.block(function.body, inner, [p.copy() for p in paths])
+            inner = Ctx(function, ctx.subst + tuple(subst.items()), inner.stack, inner.root)
+        # Read in its own file, which knows its names and helpers.
+        owner = self.project.module_at(function)
+        result = owner.block(function.body, inner, [p.copy() for p in paths])
         for path in result:
             if path.done == "return":
                 path.done = None
@@ -486,7 +527,8 @@ class Module:
                     if key:
                         keys.update(prefixes(key))
                 elif isinstance(node, ast.Call):
-                    found = self.resolve(node, Ctx(self.enclosing_function(node)))
+                    home = self.project.module_at(node)
+                    found = home.resolve(node, Ctx(home.enclosing_function(node)))
                     if found is not None and found not in seen:
                         seen.add(found)
                         todo.append(found)
@@ -499,57 +541,41 @@ class Module:
         if loop not in self._units:
             self._units[loop] = None  # a loop reached again while being read is no step
             function = self.enclosing_function(loop)
-            paths = self.body_paths(loop.body, Ctx(function, (), (function,)))
+            paths = self.body_paths(loop.body, Ctx(function, (), (function,), self))
             self.loops_paths[loop] = paths
             if _has_step(paths):
                 self._units[loop] = Unit(loop, function, paths)
         return self._units[loop]
 
-    def _find_steps(self) -> None:
-        self.hot = hot = self._reaching_backward()
+    def find_steps(self, hot: set, called: set) -> None:
+        """Read every loop and uncalled function that may run backward(): the steps."""
+        self.hot = hot
         for node in self.nodes:
             if isinstance(node, LOOPS):
                 if node in hot:
                     self.unit(node)
                 else:  # nothing in it can run backward(): no step, no training pass
                     self.loops_paths.setdefault(node, [])
+        for node in self.function_nodes:
+            if node in hot and node not in called:
+                paths = self.body_paths(node.body, Ctx(node, (), (node,), self))
+                if _has_step(paths):
+                    self.function_units.append(Unit(node, node, paths))
+
+    def mark_batch_loops(self) -> None:
+        """A step run from another loop (of any file) is a batch loop."""
         for paths in self.loops_paths.values():
             for path in paths:
                 for event in path.events:
                     if event.kind == PASS:
                         event.unit.in_epoch_loop = True
-        called = {target for _, target in self.calls if target is not None}
-        for node in self.function_nodes:
-            if node in hot and node not in called:
-                paths = self.body_paths(node.body, Ctx(node, (), (node,)))
-                if _has_step(paths):
-                    self.function_units.append(Unit(node, node, paths))
-
-    def _reaching_backward(self) -> set:
-        """The loops and functions from which a backward() call may run, through helpers."""
-        self.calls = [
-            (node, self.resolve(node, Ctx(self.enclosing_function(node))))
-            for node in self.nodes
-            if isinstance(node, ast.Call)
-        ]
-        hot = set()
-        changed = True
-        while changed:  # until no helper adds another caller
-            changed = False
-            for call, target in self.calls:
-                if call in hot:
-                    continue
-                if last_name(call) in ("backward", "manual_backward") or target in hot:
-                    hot.add(call)
-                    changed = True
-                    node = self.parents.get(call)
-                    while node is not None:
-                        hot.add(node)
-                        node = self.parents.get(node)
-        return hot
 
     def loop_units(self) -> list:
-        return [unit for unit in self._units.values() if unit is not None]
+        return [
+            unit
+            for loop, unit in self._units.items()
+            if unit is not None and loop in self.loops_paths
+        ]
 
     def steps(self) -> list:
         """Every training step of the file, loops first, in source order."""

@@ -2,8 +2,9 @@
 
 from dataclasses import dataclass, field
 
-from scaffold.check.checks import check_tree
+from scaffold.check.checks import check_project
 from scaffold.check.files import Unreadable, python_files, read_source
+from scaffold.check.project import Project
 from scaffold.check.rules import Finding, matches
 
 
@@ -24,10 +25,11 @@ class Result:
 
 
 def check_paths(paths: list[str], select=(), ignore=()) -> Result:
-    """Check every Python file under `paths`; `select` and `ignore` take codes, prefixes or
-    rule ids (SCF201, SCF2, R2)."""
+    """Check every Python file under `paths`, read together: a helper one file imports from
+    another checked file is followed. `select` and `ignore` take codes, prefixes or rule ids
+    (SCF201, SCF2, R2)."""
     result = Result()
-    seen = set()
+    sources, seen = [], set()
     try:
         for path in python_files(paths):
             if isinstance(path, Unreadable):
@@ -37,21 +39,24 @@ def check_paths(paths: list[str], select=(), ignore=()) -> Result:
                 continue
             seen.add(path)
             try:
-                source = read_source(path)
+                sources.append(read_source(path))
             except Unreadable as err:
                 result.problems.append(str(err))
-                continue
-            result.files += 1
-            result.findings += check_source(source, select, ignore)
     except OSError as err:  # a folder that cannot be listed
         result.problems.append(f"{err.filename}: cannot read: {err.strerror or err}")
+    result.files = len(sources)
+    result.findings = check_sources(sources, select, ignore)
     return result
 
 
-def check_source(source, select=(), ignore=()) -> list[Finding]:
-    """The findings of one parsed file that are selected and not silenced by a noqa comment."""
+def check_sources(sources: list, select=(), ignore=()) -> list[Finding]:
+    """The findings in parsed files that are selected and not silenced by a noqa comment."""
+    project = Project()
+    by_module = {project.add(source.tree, source.path): source for source in sources}
+    project.finish()
     findings = []
-    for node, code in check_tree(source.tree):
+    for module, node, code in check_project(project):
+        source = by_module[module]
         if select and not matches(code, select):
             continue
         if ignore and matches(code, ignore):

@@ -28,7 +28,6 @@ from scaffold.check.flow import (
     UNSCALE,
     UPDATE,
     ZERO,
-    Ctx,
     Module,
     dotted,
     last_name,
@@ -308,8 +307,7 @@ def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:
         return False
     calls = module.project.callers(function)
     return bool(calls) and all(
-        _grad_free(home, call, home.enclosing_function(call), callers=False)
-        for call, home in calls
+        _grad_free(home, call, home.enclosing_function(call), callers=False) for call, home in calls
     )
 
 

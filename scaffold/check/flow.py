@@ -216,7 +216,8 @@ class Module:
             return
         for alias in node.names:
             if alias.name != "*":
-                self.imports[alias.asname or alias.name] = (node.level, node.module or "", alias.name)
+                bound = alias.asname or alias.name
+                self.imports[bound] = (node.level, node.module or "", alias.name)
 
     def constructed(self, call) -> set:
         """The classes a call builds: a known class, or what a helper of this file returns."""

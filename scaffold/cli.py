@@ -498,9 +498,24 @@ class Format(str, Enum):
     text = "text"
     json = "json"
     github = "github"
+    sarif = "sarif"
 
 
-@app.command()
+class _PlainUsage(typer.core.TyperCommand):
+    """Usage as `PATH...`: typer writes a required argument as `{PATH}...`."""
+
+    def collect_usage_pieces(self, ctx):
+        return [
+            piece.replace("{", "").replace("}", "") for piece in super().collect_usage_pieces(ctx)
+        ]
+
+
+def _codes(given: list[str] | None) -> list[str]:
+    # --select SCF201,R4 as ruff takes it, or the option repeated.
+    return [s.strip() for item in given or [] for s in item.split(",") if s.strip()]
+
+
+@app.command(cls=_PlainUsage)
 def check(
     paths: Annotated[
         list[str],
@@ -511,19 +526,36 @@ def check(
         typer.Option(
             "--format",
             help="text: path:line:col: CODE message (rule); json: a list of objects; github: "
-            "GitHub Actions annotations.",
+            "GitHub Actions annotations; sarif: SARIF 2.1.0 for code scanning.",
         ),
     ] = Format.text,
     select: Annotated[
         list[str] | None,
         typer.Option(
-            metavar="CODE", help="Only these codes or rules, e.g. SCF201 or R2 (repeatable)."
+            metavar="CODE",
+            help="Only these codes or rules, e.g. SCF201 or R2 (repeatable); replaces the "
+            "pyproject.toml setting.",
         ),
     ] = None,
     ignore: Annotated[
         list[str] | None,
-        typer.Option(metavar="CODE", help="Skip these codes or rules (repeatable)."),
+        typer.Option(
+            metavar="CODE",
+            help="Skip these codes or rules (repeatable); replaces the pyproject.toml setting.",
+        ),
     ] = None,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix",
+            help="Fix in place what is unambiguous: weights_only=True on torch.load, a "
+            "zero_grad() line moved before backward(); report what is left.",
+        ),
+    ] = False,
+    diff: Annotated[
+        bool,
+        typer.Option("--diff", help="Print the fixes as a diff and change nothing."),
+    ] = False,
 ) -> int:
     """Find silent training-loop bugs in PyTorch code, without running it.
 
@@ -531,29 +563,77 @@ def check(
     clipping and step out of order, an epoch scheduler stepped per batch, eval mode left on,
     validation without no_grad, loss tensors kept, torch.load without weights_only.
     `# noqa: SCF201` at the end of a line silences that code there, a bare `# noqa` every
-    code. Exit code: 0 clean, 1 findings, 2 when a path could not be checked (the others
-    still are).
+    code. Settings (select, ignore, extend-ignore, exclude) come from [tool.scaffold.check] in
+    the nearest pyproject.toml at or above the current folder. Exit code: 0 clean, 1 findings
+    (with --fix: findings left; with --diff: fixes to make), 2 when a path or the settings
+    could not be read (the other paths are still checked).
     """
+    from scaffold.check.config import load_settings
+    from scaffold.check.files import listed_files
     from scaffold.check.report import format_findings
     from scaffold.check.rules import unknown_selectors
     from scaffold.check.run import check_paths
 
-    # --select SCF201,R4 as ruff takes it, or the option repeated.
-    select = [s for given in select or [] for s in given.split(",") if s.strip()]
-    ignore = [s for given in ignore or [] for s in given.split(",") if s.strip()]
+    select, ignore = _codes(select), _codes(ignore)
     unknown = unknown_selectors(select + ignore)
     if unknown:
         raise UsageError(f"no check is named {unknown[0]!r}; codes look like SCF201, rules R2")
-    result = check_paths(paths, select, ignore)
+    settings = load_settings().with_flags(select, ignore)
+    targets = listed_files(paths, settings.excluded) if settings.exclude else paths
+    result = check_paths(targets, settings.select, settings.ignored)
     for problem in result.problems:
         typer.echo(f"error: {problem}", err=True)
+    if fix or diff:
+        return _check_fix(
+            result, diff, format_, lambda: check_paths(targets, settings.select, settings.ignored)
+        )
     if result.findings or format_ != Format.text:
         typer.echo(format_findings(result.findings, format_.value))
     if format_ == Format.text:
-        found = len(result.findings)
-        files = f"{result.files} file{'s' if result.files != 1 else ''}"
-        typer.echo(f"{found} finding{'s' if found != 1 else ''} in {files}")
+        typer.echo(f"{_count(result.findings, 'finding')} in {_count(result.files, 'file')}")
     return result.exit_code
+
+
+def _check_fix(result, diff_only: bool, format_: Format, recheck) -> int:
+    """--fix and --diff: make (or show) the unambiguous fixes, then report what is left."""
+    from scaffold.check.fix import plan_fixes, write_fix
+    from scaffold.check.report import format_findings
+
+    plans = plan_fixes(result.findings)
+    for plan in plans:
+        for finding, why in plan.left:
+            where = f"{finding.path}:{finding.line}:{finding.column}"
+            typer.echo(f"{where}: {finding.code} not fixed: {why}", err=True)
+    fixed = sum(len(p.fixed) for p in plans if p.changed)
+    if diff_only:
+        typer.echo("".join(p.diff() for p in plans if p.changed), nl=False)
+        left = len(result.findings) - fixed
+        typer.echo(f"would fix {fixed}, {left} left", err=True)
+        return 2 if result.problems else (1 if fixed else 0)
+    problems = list(result.problems)
+    for plan in plans:
+        if not plan.changed:
+            continue
+        try:
+            write_fix(plan)
+        except OSError as err:
+            fixed -= len(plan.fixed)
+            message = str(err) if not err.filename else f"{plan.path}: cannot write: {err.strerror}"
+            problems.append(message)
+            typer.echo(f"error: {message}", err=True)
+    after = recheck() if fixed else result
+    if after.findings or format_ != Format.text:
+        typer.echo(format_findings(after.findings, format_.value))
+    summary = f"fixed {fixed}, {len(after.findings)} left in {_count(after.files, 'file')}"
+    typer.echo(summary, err=format_ != Format.text)
+    if problems:
+        return 2
+    return 1 if after.findings else 0
+
+
+def _count(number: int | list, noun: str) -> str:
+    number = number if isinstance(number, int) else len(number)
+    return f"{number} {noun}{'s' if number != 1 else ''}"
 
 
 def _print_next_steps(dest: Path, package: str) -> None:

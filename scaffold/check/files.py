@@ -30,15 +30,22 @@ class Source:
         return codes is None or any(code.startswith(c) for c in codes)
 
 
-def python_files(paths: list[str]):
-    """Each path given, or the .py files under it, in a stable order; Unreadable for the rest."""
+def python_files(paths: list[str], excluded=None):
+    """Each path given, or the .py files under it, in a stable order; Unreadable for the rest.
+    `excluded(path)` true leaves a file or folder out, one given by name too."""
     for given in paths:
+        if excluded is not None and excluded(given):
+            continue
         path = Path(given)
         if path.is_dir():
             found = []
             for root, dirs, files in os.walk(path, onerror=_raise):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
-                found += [os.path.join(root, f) for f in files if f.endswith(".py")]
+                here = [os.path.join(root, f) for f in files if f.endswith(".py")]
+                if excluded is not None:  # pruned here, so an excluded folder is never walked
+                    dirs[:] = [d for d in dirs if not excluded(os.path.join(root, d))]
+                    here = [f for f in here if not excluded(f)]
+                found += here
             yield from sorted(found)
         elif not path.exists():
             yield Unreadable(f"{given}: no such file or folder")
@@ -46,6 +53,23 @@ def python_files(paths: list[str]):
             yield Unreadable(f"{given}: not a Python file (.py)")
         else:
             yield given
+
+
+def listed_files(paths: list[str], excluded) -> list[str]:
+    """The paths to check once `excluded` ones are left out: the files under each folder given,
+    and the other paths as given, so that checking reports a bad one in its own words."""
+    listed = []
+    for given in paths:
+        if excluded(given):
+            continue
+        if not Path(given).is_dir():
+            listed.append(given)
+            continue
+        try:
+            listed += python_files([given], excluded)
+        except OSError:  # a folder that cannot be listed: checking it says so
+            listed.append(given)
+    return listed
 
 
 def _raise(err: OSError):

@@ -384,3 +384,24 @@ def test_pre_commit_hook_runs_scaffold_check_on_the_files_it_is_given(tmp_path):
         [str(script), *args, "ok.py"], cwd=tmp_path, capture_output=True, timeout=60, env=env
     )
     assert clean.returncode == 0
+
+
+def test_zero_grad_moves_above_the_statement_that_holds_the_backward(project):
+    path = project / "loop.py"
+    path.write_text(
+        "def fit(model, opt, loader):\n"
+        "    for x in loader:\n"
+        "        if x is not None:\n"
+        "            model(x).sum().backward()\n"
+        "        opt.zero_grad()\n"
+        "        opt.step()"  # and no line break at the end of the file
+    )
+    assert invoke("--fix", "loop.py").stdout == "fixed 1, 0 left in 1 file\n"
+    assert path.read_text() == (
+        "def fit(model, opt, loader):\n"
+        "    for x in loader:\n"
+        "        opt.zero_grad()\n"
+        "        if x is not None:\n"
+        "            model(x).sum().backward()\n"
+        "        opt.step()"
+    )

@@ -93,6 +93,8 @@ def _plan(path: str, findings: list[Finding]) -> FileFix:
                 found = _add_weights_only(source, _call_at(tree, finding))
             else:
                 found = _move_zero_grad(source, blocks, finding)
+            if any(_overlap(a, b) for a in found for b in edits):
+                raise NotFixable("another fix changes the same text")
         except NotFixable as err:
             fix.left.append((finding, str(err)))
             continue
@@ -131,11 +133,16 @@ class _Text:
         """The text with (start, end, new) edits made; inserts at one place keep their order."""
         pieces, at = [], 0
         for start, end, new in sorted(edits, key=lambda e: (e[0], e[1])):
-            if start < at:
-                raise NotFixable("two fixes overlap")
             pieces += [self.text[at:start], new]
             at = end
         return "".join(pieces) + self.text[at:]
+
+
+def _overlap(one: tuple, other: tuple) -> bool:
+    """Whether two edits touch the same text: ranges that share characters, or an insertion
+    strictly inside a replaced range. Insertions at one place may both be made."""
+    (a, b, _), (c, d, _) = one, other
+    return max(a, c) < min(b, d) or (a == b and c < a < d) or (c == d and a < c < b)
 
 
 # --- C3: torch.load(...) -> torch.load(..., weights_only=True) ---

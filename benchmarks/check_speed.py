@@ -89,14 +89,17 @@ def time_command(folder: Path, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run(
+        run = subprocess.run(
             [sys.executable, "-m", "scaffold", "check", str(folder)],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             check=False,
         )
         best = min(best, time.perf_counter() - start)
+        if run.returncode not in (0, 1):  # a crash would time as fast
+            sys.exit(f"scaffold check failed: {run.stderr.strip().splitlines()[-1:]}")
     return best
 
 

@@ -15,26 +15,33 @@ import ast
 
 from scaffold.check.flow import (
     BACKWARD,
+    BUILD,
     CLIP,
+    COMPREHENSIONS,
     EPOCH_SCHEDULERS,
     EVAL_MODE,
+    EVALUATE,
+    LOOPS,
     MOVES,
     OPTIMIZERS,
     PASS,
     PLATEAU,
     SCHED_STEP,
+    SCHEDULERS,
+    SEED,
     STEP,
     TRAIN_MODE,
     UNSCALE,
     UPDATE,
     ZERO,
+    Ctx,
     Module,
     dotted,
     last_name,
+    loss_of,
 )
 from scaffold.check.project import Project
 
-COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # Names of functions that evaluate a model; `test_*` is left out: those are pytest's.
 EVAL_NAMES = ("validat", "evaluat", "eval", "val_", "valid_")
 EVAL_EXACT = {"test", "test_epoch", "test_loop", "run_test", "val", "valid", "validation"}
@@ -52,12 +59,14 @@ def check_tree(tree: ast.Module) -> list[tuple[ast.AST, str]]:
     return [(node, code) for _, node, code in check_project(project)]
 
 
-def check_project(project: Project) -> list[tuple[Module, ast.AST, str]]:
-    """Every finding in the project's files, as (file, node, code), once each. A finding in a
-    helper is reported in the helper's file, whichever file's loop called it."""
+def check_project(project: Project, wanted=None) -> list[tuple[Module, ast.AST, str]]:
+    """Every finding in the project's files, as (file, node, code), once each; only the checks
+    of the codes `wanted` (a predicate) when given. A finding in a helper is reported in the
+    helper's file, whichever file's loop called it."""
     found = {}
+    checks = [c for c, codes in CHECKS if wanted is None or any(map(wanted, codes))]
     for module in project.modules:
-        for check in CHECKS:
+        for check in checks:
             for node, code in check(module):
                 home = project.module_at(node)
                 key = (project.modules.index(home), node.lineno, node.col_offset, code)
@@ -172,17 +181,45 @@ def epoch_scheduler_per_batch(module: Module):
 
 
 def _epoch_scheduler(module: Module, key: str | None) -> bool:
-    classes = module.classes.get(key or "")
-    if not classes or not classes <= EPOCH_SCHEDULERS:
-        return False
-    return not any(_counts_steps(call) for call in module.constructors.get(key, ()))
+    calls = _scheduler_calls(module, key)
+    return bool(calls) and all(
+        last_name(c) in EPOCH_SCHEDULERS and not _counts_steps(c) for c in calls
+    )
+
+
+def _step_scheduler(module: Module, key: str | None) -> bool:
+    """Whether a scheduler's length is counted in optimizer steps (OneCycleLR, or a cosine
+    schedule of len(loader) * epochs)."""
+    calls = _scheduler_calls(module, key)
+    return bool(calls) and all(
+        last_name(c) in ("OneCycleLR", "CyclicLR") or _counts_steps(c) for c in calls
+    )
+
+
+def _scheduler_calls(module: Module, key: str | None) -> list:
+    """The scheduler constructors behind a name: direct, or in the builder that returns it."""
+    found = []
+    for call in module.constructors.get(key or "", ()):
+        if last_name(call) in SCHEDULERS:
+            found.append(call)
+            continue
+        helper = module.resolve(call, Ctx(module.enclosing_function(call)))
+        if helper is None:
+            return []  # built somewhere this file cannot see: unknown
+        built = [
+            n for n in ast.walk(helper) if isinstance(n, ast.Call) and last_name(n) in SCHEDULERS
+        ]
+        if not built:
+            return []
+        found += built
+    return found
 
 
 def _counts_steps(call: ast.Call) -> bool:
     """Whether a scheduler's length argument is counted in steps: len(loader), total_steps..."""
     length = call.args[1] if len(call.args) > 1 else None
     for keyword in call.keywords:
-        if keyword.arg in ("T_max", "step_size", "milestones"):
+        if keyword.arg in ("T_max", "step_size", "milestones", "total_iters", "T_0"):
             length = keyword.value
     if length is None:
         return False
@@ -261,7 +298,7 @@ def _evaluates(module: Module, loop, function) -> bool:
     scope = function if function is not None else module.tree
     modes = sorted(
         (node.lineno, node.func.attr, dotted(node.func.value))
-        for node in _own_nodes(scope)
+        for node in module.project.nodes_of(scope)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in ("eval", "train")
@@ -275,7 +312,7 @@ def _evaluates(module: Module, loop, function) -> bool:
             evaluated.discard(key)
     if not named and not evaluated:
         return False
-    for node in _own_nodes(loop):
+    for node in module.project.nodes_of(loop):
         if not isinstance(node, ast.Call):
             continue
         # The model called, or handed to a helper that calls it: compute_loss(model, batch).
@@ -297,10 +334,10 @@ def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:
                 return True
         node = module.parents.get(node)
     scope = function if function is not None else module.tree
-    for inner in _own_nodes(loop):
+    for inner in module.project.nodes_of(loop):
         if isinstance(inner, ast.With | ast.AsyncWith) and _no_grad_with(inner):
             return True
-    for inner in _own_nodes(scope):
+    for inner in module.project.nodes_of(scope):
         if isinstance(inner, ast.Call) and inner.lineno < loop.lineno and _no_grad_call(inner):
             return True  # torch.set_grad_enabled(False) earlier in the function
     if function is None or not callers:
@@ -325,16 +362,6 @@ def _no_grad_call(node) -> bool:
     return False
 
 
-def _own_nodes(scope):
-    """The nodes of a scope, not those of functions or classes defined inside it."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            stack.extend(ast.iter_child_nodes(node))
-
-
 def loss_tensor_kept(module: Module):
     """R11: a loss tensor accumulated or kept in a list across steps."""
     for unit in module.steps():
@@ -342,7 +369,7 @@ def loss_tensor_kept(module: Module):
             None
         }
         names = {name for name in names if "." not in name}
-        for node in _own_nodes(unit.node):
+        for node in module.project.nodes_of(unit.node):
             if (
                 isinstance(node, ast.Assign)
                 and isinstance(node.targets[0], ast.Name)
@@ -354,7 +381,7 @@ def loss_tensor_kept(module: Module):
                 names.discard(node.targets[0].id)  # loss = loss.item(): a number from here on
         if not names:
             continue
-        for node in _own_nodes(unit.node):
+        for node in module.project.nodes_of(unit.node):
             if _keeps(node, names):
                 yield node, "SCF1101"
 
@@ -400,7 +427,7 @@ def optimizer_before_move(module: Module):
                 scope = module.enclosing_function(node) or module.tree
                 built.setdefault(scope, []).append((model, target, node.lineno))
     for scope, optimizers in built.items():
-        nodes = list(_own_nodes(scope))
+        nodes = list(module.project.nodes_of(scope))
         for node in nodes:
             if not (
                 isinstance(node, ast.Call)
@@ -462,13 +489,510 @@ def unsafe_load(module: Module):
             yield node, "SCF2301"
 
 
+def autocast_around_update(module: Module):
+    """R6: backward() or the optimizer step inside an autocast block."""
+    for unit in module.steps():
+        for path in unit.paths:
+            for event in path.events:
+                if event.kind in (BACKWARD, STEP) and _under_autocast(module, event.node):
+                    yield event.node, "SCF601"
+
+
+def _under_autocast(module: Module, node) -> bool:
+    """Whether a node runs inside a `with ...autocast(...)` of its own function."""
+    node = module.parents.get(node)
+    while node is not None and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                call = item.context_expr
+                if last_name(call) == "autocast" and not _switched_off(call):
+                    return True
+        node = module.parents.get(node)
+    return False
+
+
+def _switched_off(call) -> bool:
+    return isinstance(call, ast.Call) and any(
+        k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+        for k in call.keywords
+    )
+
+
+def scaler_with_bf16(module: Module):
+    """R6: a GradScaler that stays on where autocast may run in bfloat16."""
+    for node in module.nodes:
+        if not (isinstance(node, ast.Call) and last_name(node) == "GradScaler"):
+            continue
+        enabled = next((k.value for k in node.keywords if k.arg == "enabled"), None)
+        if enabled is not None and not (
+            isinstance(enabled, ast.Constant) and enabled.value is True
+        ):
+            # A flag: on for float16 only, or a switch this file cannot read. Only a constant
+            # True, or no flag at all, is on whatever the dtype.
+            continue
+        scope = module.enclosing_function(node) or module.tree
+        if _may_use_bf16(module, scope):
+            yield node, "SCF602"
+
+
+def _may_use_bf16(module: Module, scope) -> bool:
+    """Whether bfloat16 is named in a scope, in a module constant it reads, or in a helper of
+    the checked files it calls."""
+    constants = {
+        target.id: node.value
+        for node in module.tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in module.project.nodes_of(scope):
+        if _names_bf16(node):
+            return True
+        if isinstance(node, ast.Name) and node.id in constants:
+            if any(map(_names_bf16, ast.walk(constants[node.id]))):
+                return True
+        if isinstance(node, ast.Call):
+            helper = module.resolve(node, Ctx(module.enclosing_function(node)))
+            if helper is not None and any(map(_names_bf16, ast.walk(helper))):
+                return True
+    return False
+
+
+def _names_bf16(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "bfloat16") or (
+        isinstance(node, ast.Constant) and node.value in ("bfloat16", "bf16")
+    )
+
+
+def schedulers_in_epoch_loops(module: Module):
+    """R7 in an epoch loop: an epoch scheduler stepped in a loop nested in it, in the batch loop
+    of a helper in another file, or before the epoch's training pass; a per-step schedule
+    stepped once per epoch."""
+    for loop, paths in module.loops_paths.items():
+        if module.unit(loop) is not None or not _has_pass(paths):
+            continue
+        for path in paths:
+            trained = False
+            for event in path.events:
+                if event.kind == PASS:
+                    trained = True
+                    for inner in event.inner:
+                        if inner.kind == SCHED_STEP and _epoch_scheduler(module, inner.key):
+                            yield inner.node, "SCF701"
+                    continue
+                if event.kind != SCHED_STEP:
+                    continue
+                nested = _in_inner_loop(module, event.node, loop)
+                if _epoch_scheduler(module, event.key):
+                    if nested:
+                        yield event.node, "SCF701"
+                    elif not trained and not _conditional(module, event.node, loop):
+                        yield event.node, "SCF702"
+                elif _step_scheduler(module, event.key) and not nested:
+                    yield event.node, "SCF703"
+
+
+def _has_pass(paths) -> bool:
+    return any(e.kind == PASS for p in paths for e in p.events)
+
+
+def _in_inner_loop(module: Module, node, loop) -> bool:
+    """Whether a node runs in a loop nested in `loop` (up to its own function)."""
+    node = module.parents.get(node)
+    while node is not None and node is not loop:
+        if isinstance(node, LOOPS + COMPREHENSIONS):
+            return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+        node = module.parents.get(node)
+    return False
+
+
+def _conditional(module: Module, node, loop) -> bool:
+    """Whether a node sits under an `if` inside `loop` (or inside a helper)."""
+    node = module.parents.get(node)
+    while node is not None and node is not loop:
+        if isinstance(node, ast.If | ast.FunctionDef | ast.AsyncFunctionDef):
+            return True
+        node = module.parents.get(node)
+    return False
+
+
+LOSS_WORDS = ("loss", "mse", "mae", "rmse", "error", "perplexity", "ppl", "nll")
+SCORE_WORDS = ("acc", "f1", "auc", "precision", "recall", "score", "iou", "dice", "bleu", "r2")
+
+
+def plateau_metric(module: Module):
+    """R8: ReduceLROnPlateau fed a training value, or a mode that does not fit its metric."""
+    for node in module.nodes:
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "step"
+            and (node.args or node.keywords)
+        ):
+            continue
+        key = dotted(node.func.value)
+        calls = _scheduler_calls(module, key)
+        if not calls or any(last_name(c) != PLATEAU for c in calls):
+            continue
+        value = node.args[0] if node.args else node.keywords[0].value
+        words = _words(value)
+        if any("train" in w for w in words) or _is_backward_loss(module, value, node):
+            yield node, "SCF802"
+            continue
+        modes = {_plateau_mode(c) for c in calls}
+        is_loss = any(w.startswith(LOSS_WORDS) or w.endswith(LOSS_WORDS) for w in words)
+        is_score = any(any(s in w for s in SCORE_WORDS) for w in words)
+        if is_loss != is_score and len(modes) == 1:
+            mode = modes.pop()
+            if (mode == "max" and is_loss) or (mode == "min" and is_score):
+                yield node, "SCF803"
+
+
+def _words(node) -> set:
+    """The lower-case names, attributes and string keys an expression reads."""
+    words = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            words.add(n.id.lower())
+        elif isinstance(n, ast.Attribute):
+            words.add(n.attr.lower())
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            words.add(n.value.lower())
+    return words
+
+
+def _plateau_mode(call: ast.Call) -> str | None:
+    """min (the default), max, or None when the mode is not a constant."""
+    for keyword in call.keywords:
+        if keyword.arg == "mode":
+            value = keyword.value
+            return value.value if isinstance(value, ast.Constant) else None
+    if call.args and len(call.args) > 1:
+        value = call.args[1]
+        return value.value if isinstance(value, ast.Constant) else None
+    return "min"
+
+
+def _is_backward_loss(module: Module, value, call) -> bool:
+    """Whether `value` is the tensor a backward() of the same function ran from."""
+    key = dotted(value)
+    scope = module.enclosing_function(call) or module.tree
+    return key is not None and any(
+        isinstance(n, ast.Call)
+        and last_name(n) in ("backward", "manual_backward")
+        and dotted(loss_of(n)) == key
+        for n in module.project.nodes_of(scope)
+    )
+
+
+def evaluation_in_training_mode(module: Module):
+    """R10: an evaluation loop run, in an epoch loop or between steps, with the model still in
+    training mode."""
+    models = _model_names(module.project)
+    for loop, paths in module.loops_paths.items():
+        unit = module.unit(loop)
+        if unit is None and not _has_pass(paths):
+            continue
+        # A step loop trains what it calls; an epoch loop's passes train what they call.
+        start = {}
+        if unit is not None:
+            function = module.enclosing_function(loop)
+            start = dict.fromkeys(module._called(loop, Ctx(function, (), (), module)), "train")
+        for first in paths:
+            for second in paths:  # the evaluation of one epoch meets the modes of the next
+                mode = dict(start)
+                for event in first.events + second.events:
+                    if event.kind == TRAIN_MODE and event.key:
+                        mode[event.key] = "train"
+                    elif event.kind == EVAL_MODE and event.key:
+                        mode[event.key] = "eval"
+                    elif event.kind == PASS:
+                        for key in event.called:  # a module is in training mode unless set
+                            mode.setdefault(key, "train")
+                    elif event.kind == EVALUATE:
+                        trained = [
+                            k
+                            for k in event.called
+                            if mode.get(k) == "train" and _is_model(k, models)
+                        ]
+                        if trained and _evaluation_loop(module, event.node):
+                            yield event.node, "SCF1002"
+
+
+def _model_names(project) -> set:
+    """The last names of what is put in train/eval mode or asked for its parameters."""
+    if not hasattr(project, "model_names"):
+        project.model_names = {
+            (dotted(n.func.value) or "").rsplit(".", 1)[-1]
+            for m in project.modules
+            for n in m.nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("train", "eval", "parameters", "named_parameters")
+        } - {""}
+    return project.model_names
+
+
+def _is_model(key: str, models: set) -> bool:
+    last = key.rsplit(".", 1)[-1]
+    return last in models or "model" in last.lower()
+
+
+def _evaluation_loop(module: Module, loop) -> bool:
+    home = module.project.module_at(loop)
+    function = home.enclosing_function(loop)
+    return _grad_free(home, loop, function) or _evaluates(home, loop, function)
+
+
+def per_batch_mean(module: Module):
+    """R12: an epoch mean divided by the number of batches, or a mean of per-batch values."""
+    models = _model_names(module.project)
+    for scope in [module.tree, *module.function_nodes]:
+        sums, lists, aliases = set(), set(), {}
+        iterables = set()
+        for loop in module.project.nodes_of(scope):
+            if not isinstance(loop, ast.For | ast.AsyncFor) or not _batch_loop(
+                module, loop, models
+            ):
+                continue
+            iterables.add(dotted(_iterable(loop.iter)))
+            for node in module.project.nodes_of(loop):
+                if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+                    sums.add(dotted(node.target))
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "append"
+                    and any(w.startswith(LOSS_WORDS) for a in node.args for w in _words(a))
+                ):
+                    lists.add(dotted(node.func.value))
+        sums.discard(None), lists.discard(None), iterables.discard(None)
+        if not (sums or lists):
+            continue
+        for node in module.project.nodes_of(scope):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                stacked = {dotted(a) for c in ast.walk(node.value) if isinstance(c, ast.Call)
+                           for a in c.args} & lists  # fmt: skip
+                if stacked and isinstance(node.targets[0], ast.Name):
+                    aliases[node.targets[0].id] = stacked
+        held = lists | set(aliases)
+        for node in module.project.nodes_of(scope):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                counted = _len_of(node.right)
+                left = dotted(node.left) or dotted(_inner(node.left))
+                if counted in iterables and left in sums:
+                    yield node, "SCF1201"
+                elif counted in held and last_name(node.left) == "sum":
+                    yield node, "SCF1201"
+            elif isinstance(node, ast.Call) and last_name(node) == "mean":
+                func = node.func
+                target = dotted(func.value) if isinstance(func, ast.Attribute) else None
+                args = {dotted(a) for a in node.args} | {
+                    dotted(a) for c in node.args if isinstance(c, ast.Call) for a in c.args
+                }
+                owner = _inner(func.value) if isinstance(func, ast.Attribute) else None
+                if target in held or args & held or dotted(owner) in held:
+                    yield node, "SCF1201"
+
+
+def _batch_loop(module: Module, loop, models: set) -> bool:
+    """A loop over batches: a training step, or one that calls the model."""
+    if module.unit(loop) is not None:
+        return True
+    return any(
+        isinstance(n, ast.Call) and _is_model(dotted(n.func) or "", models | {"net"})
+        for n in module.project.nodes_of(loop)
+    )
+
+
+def _iterable(node):
+    """The loader in `enumerate(tqdm(loader))`."""
+    while (
+        isinstance(node, ast.Call)
+        and last_name(node) in ("enumerate", "tqdm", "iter")
+        and node.args
+    ):
+        node = node.args[0]
+    return node
+
+
+def _len_of(node) -> str | None:
+    if isinstance(node, ast.Call) and last_name(node) == "len" and node.args:
+        return dotted(node.args[0])
+    return None
+
+
+def _inner(node):
+    """`torch.stack(losses)` -> losses; `x.item()` -> x."""
+    while isinstance(node, ast.Call):
+        if node.args and isinstance(node.func, ast.Attribute) and not dotted(node.func.value):
+            node = node.args[0]
+        elif isinstance(node.func, ast.Attribute) and dotted(node.func.value) in (
+            "torch",
+            "np",
+            "numpy",
+        ):
+            node = node.args[0] if node.args else node
+            break
+        elif isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        else:
+            break
+    return node
+
+
+def accumulation_without_division(module: Module):
+    """R14: the optimizer steps every k-th batch and each batch's loss is not divided by k."""
+    for unit in module.steps():
+        events = [e for p in unit.paths for e in p.events]
+        steps = [e for e in events if e.kind == STEP]
+        if not steps or not all(_every_kth(module, e.node, unit.node) for e in steps):
+            continue
+        for event in events:
+            if event.kind == BACKWARD and not _divided(module, event, unit):
+                yield event.node, "SCF1401"
+
+
+def _every_kth(module: Module, node, stop) -> bool:
+    node = module.parents.get(node)
+    while node is not None and node is not stop:
+        if isinstance(node, ast.If) and any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node.test)
+        ):
+            return True
+        node = module.parents.get(node)
+    return False
+
+
+def _divided(module: Module, event, unit) -> bool:
+    """Whether the loss a backward() runs from is scaled: divided, or weighted."""
+    scaling = (ast.Div, ast.Mult)
+    call = event.node
+    for n in ast.walk(call):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, scaling):
+            return True
+    key = dotted(loss_of(call))
+    if key is None:
+        return True  # a loss this checker cannot follow
+    scope = module.enclosing_function(call) or module.tree
+    for n in module.project.nodes_of(scope):
+        if isinstance(n, ast.AugAssign) and dotted(n.target) == key:
+            if isinstance(n.op, scaling):
+                return True
+        elif isinstance(n, ast.Assign) and key in {dotted(t) for t in n.targets}:
+            for part in ast.walk(n.value):
+                if isinstance(part, ast.BinOp) and isinstance(part.op, scaling):
+                    return True
+                if isinstance(part, ast.Call):
+                    helper = module.resolve(part, Ctx(scope if scope is not module.tree else None))
+                    if helper is not None and any(
+                        isinstance(h, ast.BinOp) and isinstance(h.op, scaling)
+                        for h in ast.walk(helper)
+                    ):
+                        return True
+    return False
+
+
+def sampler_without_set_epoch(module: Module):
+    """R15: a shuffling DistributedSampler, and set_epoch() called nowhere."""
+    project = module.project
+    if not hasattr(project, "sets_epoch"):
+        project.sets_epoch = any(
+            isinstance(n, ast.Call) and last_name(n) == "set_epoch"
+            for m in project.modules
+            for n in m.nodes
+        )
+    if project.sets_epoch:
+        return
+    for node in module.nodes:
+        if isinstance(node, ast.Call) and last_name(node) == "DistributedSampler":
+            shuffle = next((k.value for k in node.keywords if k.arg == "shuffle"), None)
+            if isinstance(shuffle, ast.Constant) and shuffle.value is False:
+                continue
+            yield node, "SCF1501"
+
+
+def nothing_seeded(module: Module):
+    """S1: an optimizer built, then trained, with no seed set before it in any caller."""
+    scopes = {module.enclosing_function(loop) for loop, paths in module.loops_paths.items()
+              if _has_pass(paths) or module.unit(loop) is not None}  # fmt: skip
+    scopes |= {unit.function for unit in module.function_units}
+    # A trainer class builds its optimizer in __init__ and trains in another method.
+    inits = {
+        module.methods[module.owner[s]].get("__init__")
+        for s in scopes
+        if s is not None and module.owner.get(module.method_of(s)) is not None
+        for s in [module.method_of(s)]
+    } - {None}
+    for scope in scopes | inits:
+        body = scope.body if scope is not None else module.tree.body
+        for path in module.body_paths(body, Ctx(scope, (), (scope,), module)):
+            kinds = [e.kind for e in path.events]
+            if BUILD not in kinds:
+                continue
+            built = kinds.index(BUILD)
+            if SEED in kinds[:built]:
+                continue
+            if scope not in inits and not {PASS, STEP} & set(kinds[built:]):
+                continue
+            if scope is not None and _callers_seed(module.project, scope):
+                continue
+            yield path.events[built].node, "SCF3101"
+            break
+
+
+def _callers_seed(project, function, depth: int = 0) -> bool:
+    """Whether every call of `function` comes after a seed in its caller, or its caller's."""
+    calls = project.callers(function)
+    if not calls or depth > 4:
+        return False
+    for call, home in calls:
+        scope = home.enclosing_function(call)
+        body = scope.body if scope is not None else home.tree.body
+        seeded = False
+        for path in home.body_paths(body, Ctx(scope, (), (scope,), home)):
+            for event in path.events:
+                if event.kind == SEED and event.node.lineno <= call.lineno:
+                    seeded = True
+        if not seeded and not (scope is not None and _callers_seed(project, scope, depth + 1)):
+            return False
+    return True
+
+
+def workers_without_generator(module: Module):
+    """S2: a DataLoader with worker processes and no generator of its own."""
+    for node in module.nodes:
+        if not (isinstance(node, ast.Call) and last_name(node) == "DataLoader"):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords}
+        if None in keywords or "generator" in keywords:
+            continue
+        workers = keywords.get("num_workers")
+        if workers is None or (isinstance(workers, ast.Constant) and not workers.value):
+            continue
+        yield node, "SCF3201"
+
+
+# Each check, and the codes it reports.
 CHECKS = (
-    optimizer_before_move,
-    step_order,
-    epoch_scheduler_per_batch,
-    plateau_without_metric,
-    eval_mode_left_on,
-    evaluation_with_grad,
-    loss_tensor_kept,
-    unsafe_load,
+    (optimizer_before_move, ("SCF101",)),
+    (step_order, ("SCF201", "SCF202", "SCF301", "SCF401", "SCF501", "SCF502", "SCF503", "SCF504")),
+    (autocast_around_update, ("SCF601",)),
+    (scaler_with_bf16, ("SCF602",)),
+    (epoch_scheduler_per_batch, ("SCF701",)),
+    (schedulers_in_epoch_loops, ("SCF701", "SCF702", "SCF703")),
+    (plateau_without_metric, ("SCF801",)),
+    (plateau_metric, ("SCF802", "SCF803")),
+    (eval_mode_left_on, ("SCF901",)),
+    (evaluation_with_grad, ("SCF1001",)),
+    (evaluation_in_training_mode, ("SCF1002",)),
+    (loss_tensor_kept, ("SCF1101",)),
+    (per_batch_mean, ("SCF1201",)),
+    (accumulation_without_division, ("SCF1401",)),
+    (sampler_without_set_epoch, ("SCF1501",)),
+    (unsafe_load, ("SCF2301",)),
+    (nothing_seeded, ("SCF3101",)),
+    (workers_without_generator, ("SCF3201",)),
 )

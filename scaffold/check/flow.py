@@ -4,6 +4,7 @@ A Module reads one file; the Project (project.py) it belongs to holds what the c
 share, so a call to a helper imported from another checked file is read like a local one."""
 
 import ast
+import functools
 from dataclasses import dataclass, field
 
 # Beyond this many paths through one loop body the rest are dropped: the first ones, taken in
@@ -25,6 +26,16 @@ SCHEDULERS = EPOCH_SCHEDULERS | {
     "LRScheduler", "_LRScheduler",
 }  # fmt: skip
 SCALERS = {"GradScaler"}
+GENERATORS = {"Generator"}
+# Calls that seed torch's global generator: torch.manual_seed, or a library's seed_everything
+# (Lightning, Accelerate, Transformers). A helper of the checked files with such a name is read
+# instead, since it may seed only random and numpy. On a torch.Generator, manual_seed seeds
+# only that generator; random.seed and torch.seed() do not give torch a fixed seed.
+SEEDS = {
+    "manual_seed", "seed_all", "seed_everything", "set_seed", "set_random_seed", "fix_seed",
+    "seed_torch",
+}  # fmt: skip
+TRACKED = OPTIMIZERS | SCHEDULERS | SCALERS | GENERATORS
 CLIPS = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value"}
 # Methods that move a module or change its dtype.
 MOVES = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
@@ -35,10 +46,13 @@ BACKWARD_WRAPPERS = {"accelerator", "fabric", "engine"}
 ZERO, BACKWARD, UNSCALE, CLIP, STEP = "zero", "backward", "unscale", "clip", "step"
 SCHED_STEP, TRAIN_MODE, EVAL_MODE, PASS = "sched_step", "train", "eval", "pass"
 UPDATE = "update"  # scaler.update()
+EVALUATE = "evaluate"  # a loop that runs no training step: validation, test, inference
+SEED, BUILD = "seed", "build"  # a random generator seeded; an optimizer constructed
 
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def dotted(node) -> str | None:
@@ -81,6 +95,8 @@ class Event:
     unit: "Unit | None" = None  # a PASS: the training step that runs here
     keys: frozenset = frozenset()  # a PASS: the names its step uses
     trains: frozenset = frozenset()  # a PASS: the modules it puts in training mode itself
+    called: frozenset = frozenset()  # a PASS or EVALUATE: the names it calls, model(x)
+    inner: tuple = ()  # a PASS: its step's events, named as here
 
 
 @dataclass
@@ -125,6 +141,7 @@ class Ctx:
         return key
 
 
+@functools.lru_cache(maxsize=4096)
 def condition(test) -> tuple[str, bool]:
     """A condition's identity and sense: `not x`, `x is None` and `x` test the same thing."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -202,7 +219,7 @@ class Module:
                 elif isinstance(value, ast.Name) and (function, value.id) in local:
                     self.returns[function].add(local[function, value.id])
         for function in self.function_nodes:
-            self.returns[function] &= OPTIMIZERS | SCHEDULERS | SCALERS
+            self.returns[function] &= TRACKED
 
     def _imported(self, node) -> None:
         """Record the names an import binds: `from .engine import fit as f` binds f."""
@@ -224,7 +241,7 @@ class Module:
         if not isinstance(call, ast.Call):
             return set()
         name = last_name(call)
-        if name in OPTIMIZERS | SCHEDULERS | SCALERS:
+        if name in TRACKED:
             return {name}
         target = self.resolve(call, Ctx(self.enclosing_function(call)))
         return set(self.returns.get(target, ())) if target else set()
@@ -244,7 +261,7 @@ class Module:
                 pairs.append((node.target, node.value))
             elif isinstance(node, ast.arg) and node.annotation is not None:
                 name = last_name(node.annotation)
-                if name in OPTIMIZERS | SCHEDULERS | SCALERS:
+                if name in TRACKED:
                     self.classes.setdefault(node.arg, set()).add(name)
             for target, value in pairs:
                 key, built = dotted(target), self.constructed(value)
@@ -306,10 +323,15 @@ class Module:
         return None
 
     def enclosing_function(self, node):
-        node = self.parents.get(node)
-        while node is not None and not isinstance(node, FUNCTIONS):
-            node = self.parents.get(node)
-        return node
+        memo = self.project.enclosing
+        if node in memo:
+            return memo[node]
+        parent = self.parents.get(node)
+        found = parent
+        if parent is not None and not isinstance(parent, FUNCTIONS):
+            found = self.enclosing_function(parent)
+        memo[node] = found
+        return found
 
     def method_of(self, function):
         """The method a (possibly nested) function sits in."""
@@ -363,9 +385,20 @@ class Module:
                 trains = frozenset(
                     ctx.key(e.key) for p in unit.paths for e in p.events if e.kind == TRAIN_MODE
                 )
-                pass_ = Event(PASS, node, unit=unit, keys=self._keys(node, ctx), trains=trains)
+                inner = tuple(e for p in self.body_paths(node.body, ctx) for e in p.events)
+                pass_ = Event(
+                    PASS,
+                    node,
+                    unit=unit,
+                    keys=self._keys(node, ctx),
+                    trains=trains,
+                    called=self._called(node, ctx),
+                    inner=inner,
+                )
                 self.add(paths, pass_)
                 return paths
+            if node not in self.project.hot:
+                self.add(paths, Event(EVALUATE, node, called=self._called(node, ctx)))
             # Another loop runs once here: what it does, in order, is what matters.
             paths = self.block(node.body, ctx, paths)
             for path in paths:
@@ -388,21 +421,31 @@ class Module:
 
     def _if(self, node: ast.If, ctx: Ctx, paths: list) -> list:
         text, sense = condition(node.test)
+        # Only a condition tested again somewhere needs remembering; paths that remember the
+        # same decisions read the branches once, and each path takes their events.
+        remember = text in self.project.repeated_conditions
+        branches = {}
         out = []
         for path in paths:
             if text in path.decisions:  # the same flag tested again takes the same branch
                 body = node.body if path.decisions[text] == sense else node.orelse
                 out += self.block(body, ctx, [path])
                 continue
-            yes = self.block(node.body, ctx, [path.copy()])
-            no = self.block(node.orelse, ctx, [path.copy()])
-            if all(_same(p, path) for p in yes + no):
+            key = tuple(sorted(path.decisions.items()))
+            if key not in branches:
+                blank = Path([], dict(path.decisions))
+                yes = self.block(node.body, ctx, [blank.copy()])
+                no = self.block(node.orelse, ctx, [blank.copy()])
+                if remember:
+                    for branch, taken in ((yes, sense), (no, not sense)):
+                        for p in branch:
+                            p.decisions[text] = taken
+                branches[key] = yes + no
+            read = branches[key]
+            if all(not p.events and p.done is None for p in read):
                 out.append(path)  # no event in either branch: nothing to tell apart
                 continue
-            for branch, taken in ((yes, sense), (no, not sense)):
-                for p in branch:
-                    p.decisions[text] = taken
-                out += branch
+            out += [Path(path.events + p.events, dict(p.decisions), p.done) for p in read]
         return out
 
     def add(self, paths: list, event: Event) -> None:
@@ -414,6 +457,9 @@ class Module:
         """Thread the paths through an expression, in evaluation order."""
         if node is None or isinstance(node, ast.Lambda | ast.FunctionDef):
             return paths
+        if isinstance(node, COMPREHENSIONS) and node not in self.project.hot:
+            # [model(x) for x in loader] runs a loop as well
+            self.add(paths, Event(EVALUATE, node, called=self._called(node, ctx)))
         if not isinstance(node, ast.Call):
             for child in ast.iter_child_nodes(node):
                 paths = self.expr(child, ctx, paths)
@@ -440,7 +486,7 @@ class Module:
             self.add(paths, event)
             return paths
         target = self.resolve(node, ctx)
-        if target is not None:
+        if target is not None and target in self.project.relevant:
             return self.inline(target, node, ctx, paths)
         return paths
 
@@ -451,6 +497,10 @@ class Module:
             return Event(CLIP, call)
         if name in ("backward", "manual_backward"):
             return self._backward(call, ctx)
+        if name in OPTIMIZERS and (isinstance(func, ast.Name) or "optim" in f"{dotted(func)}"):
+            return Event(BUILD, call)
+        if name in SEEDS and not self._generator(func) and self.resolve(call, ctx) is None:
+            return Event(SEED, call)
         if not isinstance(func, ast.Attribute):
             return None
         raw = dotted(func.value)
@@ -487,6 +537,15 @@ class Module:
                 return Event(EVAL_MODE, call, key=key)
         return None
 
+    def _generator(self, func) -> bool:
+        """Whether a manual_seed() is a torch.Generator's, which seeds only that generator."""
+        if not isinstance(func, ast.Attribute):
+            return False
+        owner = func.value
+        if isinstance(owner, ast.Call):
+            return last_name(owner) in GENERATORS
+        return bool(self.classes.get(dotted(owner) or "", set()) & GENERATORS)
+
     def _backward(self, call: ast.Call, ctx: Ctx) -> Event:
         """A backward() event; its key is the loss tensor's name, as the caller names it."""
         loss = loss_of(call)
@@ -518,6 +577,19 @@ class Module:
                 path.done = None
         return result
 
+    def _called(self, loop, ctx: Ctx) -> frozenset:
+        """The names a loop calls, model(x) or self.net(x), or hands to a helper that may call
+        them, compute_loss(model, batch), as the caller names them."""
+        raw = self.project.called.get(loop)
+        if raw is None:
+            raw = self.project.called[loop] = {
+                dotted(part)
+                for node in own_nodes(loop)
+                if isinstance(node, ast.Call)
+                for part in (node.func, *node.args)
+            } - {None}
+        return frozenset(key for key in map(ctx.key, raw) if key)
+
     def _keys(self, loop, ctx: Ctx) -> frozenset:
         """The names a loop uses, in the loop or in the helpers of this file it calls."""
         keys, seen, todo = set(), set(), [loop]
@@ -548,8 +620,8 @@ class Module:
                 self._units[loop] = Unit(loop, function, paths)
         return self._units[loop]
 
-    def find_steps(self, hot: set, called: set) -> None:
-        """Read every loop and uncalled function that may run backward(): the steps."""
+    def find_steps(self, hot: set, candidates: set) -> None:
+        """Read every loop that may run backward(), and the functions that may be one step."""
         self.hot = hot
         for node in self.nodes:
             if isinstance(node, LOOPS):
@@ -558,7 +630,7 @@ class Module:
                 else:  # nothing in it can run backward(): no step, no training pass
                     self.loops_paths.setdefault(node, [])
         for node in self.function_nodes:
-            if node in hot and node not in called:
+            if node in candidates:
                 paths = self.body_paths(node.body, Ctx(node, (), (node,), self))
                 if _has_step(paths):
                     self.function_units.append(Unit(node, node, paths))
@@ -582,6 +654,16 @@ class Module:
         """Every training step of the file, loops first, in source order."""
         units = self.loop_units() + self.function_units
         return sorted(units, key=lambda u: (u.node.lineno, u.node.col_offset))
+
+
+def own_nodes(scope):
+    """The nodes of a scope, not those of functions or classes defined inside it."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def loss_of(call: ast.Call):
@@ -612,10 +694,6 @@ def _is_scale(node) -> bool:
 def _has_step(paths: list) -> bool:
     kinds = {event.kind for path in paths for event in path.events}
     return BACKWARD in kinds and STEP in kinds
-
-
-def _same(path: Path, before: Path) -> bool:
-    return len(path.events) == len(before.events) and path.done == before.done
 
 
 def _uses_grad(node) -> bool:

@@ -3,7 +3,27 @@
 import ast
 import os
 
-from scaffold.check.flow import Ctx, Module, last_name
+from scaffold.check.flow import (
+    CLIPS,
+    OPTIMIZERS,
+    SEEDS,
+    Ctx,
+    Module,
+    condition,
+    last_name,
+    own_nodes,
+)
+
+# The calls the checks read the order of; a helper without any (directly or through its own
+# helpers) adds nothing to a step's events.
+RELEVANT_CALLS = (
+    {"backward", "manual_backward", "step", "zero_grad", "zero_", "unscale_", "update", "train"}
+    | {"eval", "no_grad", "inference_mode", "set_grad_enabled", "autocast", "add_", "sub_"}
+    | {"addcdiv_", "addcmul_"}
+    | CLIPS
+    | OPTIMIZERS
+    | SEEDS
+)
 
 
 class Project:
@@ -19,6 +39,13 @@ class Project:
         self.nested: dict = {}
         self.returns: dict = {}
         self.units: dict = {}
+        self.hot: set = set()  # the calls, loops and functions that may run backward()
+        self.relevant: set = set()  # the functions worth reading where they are called
+        self.called: dict = {}  # loop -> the names it calls (memo)
+        self.enclosing: dict = {}  # node -> its function (memo)
+        self._nodes_of: dict = {}  # scope -> its own nodes (memo)
+        self._callers: dict = {}  # function -> its calls
+        self.repeated_conditions: set = set()  # conditions that more than one `if` tests
         self._by_tree: dict = {}
         self._by_file: dict = {}  # absolute path of a .py file -> its Module
         self._by_name: dict = {}  # a dotted module name's last parts -> Modules
@@ -40,18 +67,28 @@ class Project:
 
     def finish(self) -> None:
         """Learn what names hold, which calls may run backward(), then read the steps."""
+        seen = set()
         for module in self.modules:
             module.learn_classes()
+            for node in module.nodes:
+                if isinstance(node, ast.If):
+                    text = condition(node.test)[0]
+                    if text in seen:
+                        self.repeated_conditions.add(text)
+                    seen.add(text)
         for module in self.modules:
             module.calls = [
                 (node, module.resolve(node, Ctx(module.enclosing_function(node))))
                 for node in module.nodes
                 if isinstance(node, ast.Call)
             ]
-        hot = self._reaching_backward()
+        self.hot = hot = self._reaching_backward()
+        self.relevant = self._relevant()
         called = {target for m in self.modules for _, target in m.calls if target is not None}
+        # A step that is a function of its own: uncalled, and running backward() itself.
+        candidates = self._stepping() - called
         for module in self.modules:
-            module.find_steps(hot, called)
+            module.find_steps(hot, candidates)
         for module in self.modules:
             module.mark_batch_loops()
 
@@ -74,6 +111,51 @@ class Project:
                         node = self.parents.get(node)
         return hot
 
+    def _stepping(self) -> set:
+        """The functions that may run backward() outside their own loops, directly or through
+        such a helper: the only ones that can be one training step themselves (train_step).
+        A function that runs its backward() in a loop, or calls one that does, (fit, a test
+        calling fit) is not read as a step: its loops are."""
+        stepping: set = set()
+        changed = True
+        while changed:
+            changed = False
+            for module in self.modules:
+                for call, target in module.calls:
+                    function = module.enclosing_function(call)
+                    if function is None or function in stepping or _in_loop(module, call):
+                        continue
+                    if last_name(call) in ("backward", "manual_backward") or target in stepping:
+                        stepping.add(function)
+                        changed = True
+        return stepping
+
+    def _relevant(self) -> set:
+        """The functions that make, or call a function that makes, a call the checks read:
+        the rest (data loading, logging, file handling) are not read where they are called,
+        which keeps a large project's reading fast."""
+        relevant = set()
+        for module in self.modules:
+            for node in module.nodes:
+                if (isinstance(node, ast.Call) and last_name(node) in RELEVANT_CALLS) or (
+                    isinstance(node, ast.Attribute) and node.attr == "grad"  # p -= lr * p.grad
+                ):
+                    function = module.enclosing_function(node)
+                    while function is not None and function not in relevant:
+                        relevant.add(function)  # and the functions it is nested in
+                        function = module.enclosing_function(function)
+        changed = True
+        while changed:
+            changed = False
+            for module in self.modules:
+                for call, target in module.calls:
+                    if target in relevant:
+                        caller = module.enclosing_function(call)
+                        if caller is not None and caller not in relevant:
+                            relevant.add(caller)
+                            changed = True
+        return relevant
+
     def module_at(self, node) -> Module:
         """The file a node was read from."""
         while node in self.parents:
@@ -82,7 +164,19 @@ class Project:
 
     def callers(self, function) -> list:
         """(call, the module it is in) for every call of `function` in the checked files."""
-        return [(call, m) for m in self.modules for call, target in m.calls if target is function]
+        if not self._callers and self.modules:
+            for module in self.modules:
+                for call, target in module.calls:
+                    if target is not None:
+                        self._callers.setdefault(target, []).append((call, module))
+        return self._callers.get(function, [])
+
+    def nodes_of(self, scope) -> tuple:
+        """The nodes of a scope, not those of the functions and classes inside it (memoised)."""
+        found = self._nodes_of.get(scope)
+        if found is None:
+            found = self._nodes_of[scope] = tuple(own_nodes(scope))
+        return found
 
     def function(self, importer: Module, level: int, module: str, name: str):
         """The function `name` of the checked module an import names, or None.
@@ -113,3 +207,13 @@ class Project:
             return found[0] if found else None
         here = os.path.abspath(importer.path or ".")
         return max(found, key=lambda m: len(os.path.commonpath([here, os.path.abspath(m.path)])))
+
+
+def _in_loop(module: Module, node) -> bool:
+    """Whether a node runs in a loop of its own function."""
+    node = module.parents.get(node)
+    while node is not None and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            return True
+        node = module.parents.get(node)
+    return False

@@ -11,11 +11,14 @@ class Rule:
     rule: str
     message: str
     fix: str
+    # Off unless selected (--select R12, or ALL): conventions of reproducible, comparable runs
+    # that much correct code does not follow, where the rest are bugs in what gets trained.
+    default: bool = True
 
 
 # Codes read SCF + the rule's number + a two-digit index: SCF201 is R2's first check and
 # SCF1001 is R10's. The checkpoint rules (C1-C4) follow the loop rules' numbers at 20 + n, so
-# C3 is SCF2301.
+# C3 is SCF2301, and the seeding rules (S1-S5) at 30 + n: S1 is SCF3101.
 _RULES = [
     Rule(
         "SCF101",
@@ -75,16 +78,57 @@ _RULES = [
         "call scaler.update() after scaler.step(optimizer)",
     ),
     Rule(
+        "SCF601",
+        "R6",
+        "backward() or step() inside an autocast block: autocast is for the forward pass "
+        "and the loss only",
+        "end the `with torch.autocast(...)` block after the loss",
+    ),
+    Rule(
+        "SCF602",
+        "R6",
+        "GradScaler enabled where the autocast dtype can be bfloat16, which needs no loss scaling",
+        "enable it for float16 only: GradScaler(device, enabled=dtype == torch.float16)",
+    ),
+    Rule(
         "SCF701",
         "R7",
         "epoch scheduler stepped in the batch loop: the learning rate decays once per batch",
         "step it once per epoch, after the batch loop, or count its length in steps",
     ),
     Rule(
+        "SCF702",
+        "R7",
+        "epoch scheduler stepped before the epoch's training pass: the first epoch never "
+        "trains at the initial learning rate",
+        "step it after the epoch's optimizer steps",
+    ),
+    Rule(
+        "SCF703",
+        "R7",
+        "per-step schedule stepped once per epoch: its warm-up or cycle stretches over "
+        "len(loader) times as many epochs",
+        "step it after every optimizer.step(), in the batch loop",
+    ),
+    Rule(
         "SCF801",
         "R8",
         "ReduceLROnPlateau.step() without the monitored metric",
         "pass the validation value: scheduler.step(val_loss)",
+    ),
+    Rule(
+        "SCF802",
+        "R8",
+        "ReduceLROnPlateau fed a training value: it lowers the rate on the training curve, "
+        "not on generalisation",
+        "pass the validation metric, after validation",
+    ),
+    Rule(
+        "SCF803",
+        "R8",
+        "ReduceLROnPlateau mode does not match its metric: it lowers the rate while the "
+        "model improves",
+        'use mode="min" for a loss, mode="max" for accuracy-like metrics',
     ),
     Rule(
         "SCF901",
@@ -101,16 +145,59 @@ _RULES = [
         "wrap it in `with torch.no_grad():` or decorate the function with @torch.no_grad()",
     ),
     Rule(
+        "SCF1002",
+        "R10",
+        "evaluation with the model still in training mode: dropout and BatchNorm batch "
+        "statistics change the metrics",
+        "call model.eval() before the evaluation loop",
+    ),
+    Rule(
         "SCF1101",
         "R11",
         "loss tensor kept across steps: each one pins its autograd graph in memory",
         "keep loss.item() or loss.detach() instead",
     ),
     Rule(
+        "SCF1201",
+        "R12",
+        "epoch mean taken per batch: a smaller last batch weighs as much as a full one",
+        "sum value * batch size and divide by the number of samples",
+        default=False,
+    ),
+    Rule(
+        "SCF1401",
+        "R14",
+        "gradients accumulated over several batches but the loss is not divided: the "
+        "effective learning rate grows with the accumulation steps",
+        "backpropagate loss / accumulation_steps",
+    ),
+    Rule(
+        "SCF1501",
+        "R15",
+        "DistributedSampler and no set_epoch(): every epoch sees the same shuffle",
+        "call sampler.set_epoch(epoch) at the start of every epoch",
+    ),
+    Rule(
         "SCF2301",
         "C3",
         "torch.load() without weights_only=True can run code from an untrusted file",
         "pass weights_only=True",
+    ),
+    Rule(
+        "SCF3101",
+        "S1",
+        "optimizer built and trained with nothing seeded: weights and batch order change "
+        "from run to run",
+        "seed random, numpy and torch (torch.manual_seed) before the model and data are built",
+        default=False,
+    ),
+    Rule(
+        "SCF3201",
+        "S2",
+        "DataLoader with worker processes and no seeded generator: its order and the "
+        "workers' seeds depend on every earlier draw from the global RNG",
+        "pass generator=torch.Generator().manual_seed(seed)",
+        default=False,
     ),
 ]
 
@@ -132,9 +219,18 @@ class Finding:
 
 
 def matches(code: str, selectors) -> bool:
-    """Whether a code is named by one of the selectors: a code, a code prefix or a rule id."""
+    """Whether a code is named by one of the selectors: a code, a code prefix, a rule id, or
+    ALL."""
     rule = RULES[code].rule
-    return any(code.startswith(s.strip().upper()) or rule == s.strip().upper() for s in selectors)
+    return any(
+        code.startswith(s.strip().upper()) or s.strip().upper() in (rule, "ALL") for s in selectors
+    )
+
+
+def selected(code: str, select=(), ignore=()) -> bool:
+    """Whether a code is reported: selected (or on by default when nothing is), not ignored."""
+    chosen = matches(code, select) if select else RULES[code].default
+    return chosen and not (ignore and matches(code, ignore))
 
 
 def unknown_selectors(selectors) -> list[str]:

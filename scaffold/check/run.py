@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from scaffold.check.checks import check_project
 from scaffold.check.files import Unreadable, python_files, read_source
 from scaffold.check.project import Project
-from scaffold.check.rules import Finding, matches
+from scaffold.check.rules import Finding, selected
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Result:
 def check_paths(paths: list[str], select=(), ignore=()) -> Result:
     """Check every Python file under `paths`, read together: a helper one file imports from
     another checked file is followed. `select` and `ignore` take codes, prefixes or rule ids
-    (SCF201, SCF2, R2)."""
+    (SCF201, SCF2, R2, ALL); with no `select`, the rules on by default."""
     result = Result()
     sources, seen = [], set()
     try:
@@ -55,11 +55,9 @@ def check_sources(sources: list, select=(), ignore=()) -> list[Finding]:
     by_module = {project.add(source.tree, source.path): source for source in sources}
     project.finish()
     findings = []
-    for module, node, code in check_project(project):
+    for module, node, code in check_project(project, lambda c: selected(c, select, ignore)):
         source = by_module[module]
-        if select and not matches(code, select):
-            continue
-        if ignore and matches(code, ignore):
+        if not selected(code, select, ignore):
             continue
         if source.silenced(node.lineno, code):
             continue

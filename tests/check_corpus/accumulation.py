@@ -14,9 +14,9 @@ def train(model, loader, val_loader, epochs, accumulation_steps=4, device="cpu")
     for epoch in range(epochs):
         model.train()  # [train]
         epoch_loss = 0.0
-        for i, (inputs, labels) in enumerate(tqdm(loader, desc=f"epoch {epoch}")):
+        for i, (inputs, labels) in enumerate(tqdm(loader, desc=f"epoch {epoch}")):  # [pass]
             outputs = model(inputs.to(device))
-            loss = criterion(outputs, labels.to(device)) / accumulation_steps
+            loss = criterion(outputs, labels.to(device)) / accumulation_steps  # [divide]
             loss.backward()  # [backward]
             epoch_loss += float(loss) * accumulation_steps  # [accum]
             if (i + 1) % accumulation_steps == 0 or i + 1 == len(loader):

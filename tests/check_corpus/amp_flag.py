@@ -8,7 +8,7 @@ def train_one_epoch(model, loader, optimizer, scaler, max_norm, use_amp):
     for inputs, targets in loader:
         optimizer.zero_grad(set_to_none=True)  # [zero]
         with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
-            loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            loss = torch.nn.functional.cross_entropy(model(inputs), targets)  # [fwd]
         scaler.scale(loss).backward()  # [backward]
         scaler.unscale_(optimizer)  # [unscale]
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # [clip]
@@ -31,6 +31,6 @@ def main(model, train_loader, val_loader, epochs, use_amp=False):
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     for _ in range(epochs):
-        train_one_epoch(model, train_loader, optimizer, scaler, 1.0, use_amp)
+        train_one_epoch(model, train_loader, optimizer, scaler, 1.0, use_amp)  # [pass]
         evaluate(model, val_loader)
         scheduler.step()  # [sched]

@@ -2,14 +2,19 @@
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 
 class Trainer:
     def __init__(self, model: nn.Module, train_loader, val_loader, device="cpu", max_norm=1.0):
+        warmup_steps = 2 * len(train_loader)
         self.model = model
         self.model.to(device)  # [move]
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)  # [optim]
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, patience=2)
+        self.scheduler = ReduceLROnPlateau(self.optimizer, patience=2)  # [plateaumode]
+        self.warmup = torch.optim.lr_scheduler.LinearLR(
+            self.optimizer, start_factor=0.1, total_iters=warmup_steps
+        )
         self.criterion = nn.MSELoss()
         self.train_loader, self.val_loader = train_loader, val_loader
         self.device, self.max_norm = device, max_norm
@@ -22,6 +27,7 @@ class Trainer:
         loss.backward()  # [backward]
         nn.utils.clip_grad_norm_(self.model.parameters(), self.max_norm)  # [clip]
         self.optimizer.step()  # [step]
+        self.warmup.step()  # [perstep]
         return loss.detach()
 
     @torch.no_grad()  # [nograd]
@@ -42,6 +48,7 @@ class Trainer:
                 losses.append(self.train_step(batch))
             val_loss = self.validate()
             self.scheduler.step(val_loss)  # [plateau]
+            print(epoch, val_loss)  # [epochend]
             self.history.append((epoch, torch.stack(losses).mean().item(), val_loss))
 
     def save(self, path):

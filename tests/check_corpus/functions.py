@@ -29,7 +29,7 @@ def test(model, device, test_loader):
             test_loss += F.nll_loss(output, target, reduction="sum").item()
             pred = output.argmax(dim=1, keepdim=True)
             correct += pred.eq(target.view_as(pred)).sum().item()
-    return test_loss / len(test_loader.dataset), correct
+    return test_loss / len(test_loader.dataset), correct  # [mean]
 
 
 def main(train_loader, test_loader, epochs=14, resume=None):
@@ -41,7 +41,7 @@ def main(train_loader, test_loader, epochs=14, resume=None):
     optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)  # [optim]
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
     for epoch in range(1, epochs + 1):
-        train(model, device, train_loader, optimizer, epoch)
+        train(model, device, train_loader, optimizer, epoch)  # [pass]
         test(model, device, test_loader)
         scheduler.step()  # [sched]
     torch.save(model.state_dict(), "mnist_cnn.pt")

@@ -1,6 +1,7 @@
 """ReduceLROnPlateau stepped once per epoch with the validation loss."""
 
 import torch
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 
 def validate(model, loader, loss_fn):
@@ -14,7 +15,7 @@ def validate(model, loader, loss_fn):
 
 def fit(model, train_loader, val_loader, epochs, loss_fn):
     optimizer = torch.optim.Adam(model.parameters())
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", patience=3)
+    scheduler = ReduceLROnPlateau(optimizer, mode="min", patience=3)  # [plateaumode]
     for epoch in range(epochs):
         model.train()  # [train]
         for x, y in train_loader:

@@ -30,9 +30,9 @@ def train(model, data, max_steps=5000, block=64, device="cuda", eval_every=500):
     log = []
     while step < max_steps:
         x, y = get_batch(data, block, device)
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)  # [zero]
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            _, loss = model(x, y)  # [fwd]
         loss.backward()  # [backward]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # [clip]
         optimizer.step()  # [step]

@@ -253,7 +253,7 @@ MUTATIONS = [
         lambda ls: edit(ls, "divide", undivided),
     ),
     ("set_epoch removed", "SCF1501", "sampler", lambda ls: delete(ls, "setepoch")),
-    ("seed removed", "SCF3101", "optim", lambda ls: delete(ls, "seed")),
+    ("seed removed", "SCF3101", "built", lambda ls: delete(ls, "seed")),
     ("loader generator removed", "SCF3201", "loader", lambda ls: delete(ls, "generator")),
 ]
 
@@ -463,7 +463,7 @@ def test_tricky_correct_code_has_no_finding(name, tmp_path):
 
 
 def test_examples_are_clean():
-    result = check_paths([str(REPO / "examples")])
+    result = check_paths([str(REPO / "examples")], select=["ALL"])
     assert result.files > 50 and not result.problems
     assert [f"{f.path}:{f.line}: {f.code}" for f in result.findings] == []
 
@@ -471,16 +471,17 @@ def test_examples_are_clean():
 @pytest.mark.parametrize("options", COVERING, ids=combo_id)
 def test_generated_projects_are_clean(options, render_combo):
     project = render_combo(options).dest
-    result = check_paths([str(project / "src"), str(project / "tests")])
+    result = check_paths([str(project / "src"), str(project / "tests")], select=["ALL"])
     assert result.files > 10 and not result.problems
     assert [f"{f.path}:{f.line}: {f.code}" for f in result.findings] == []
 
 
 # The mutation suite's bugs (tests/mutants.py) that scaffold check must find in a generated
-# project, by the code it must report. The others are reported as out of reach: kinds it does
-# not check yet (R6, R12, R13, seeding, DDP, data and text rules, R8's metric choice, R10's
-# missing eval()), and R7 and R9 mutants whose loop spans train.py and engine.py, since
-# helpers in another file are opaque.
+# project (its src/ checked as one project, every rule selected), by the code it must report.
+# The others are out of reach of a static check of the loop: R13 (which weights are kept is a
+# value), the validation metrics' per-batch mean (R12 inside a class's add()), the data rules
+# (D2, D5, D6: values in data code), S2 in the streamed workers (seed arithmetic) and the
+# distributed rules M1-M8 (sharding and reduction arithmetic).
 ENGINE_MUTANTS = {
     "optimizer built before model.to(device)": "SCF101",
     "zero_grad after backward": "SCF201",
@@ -494,9 +495,24 @@ ENGINE_MUTANTS = {
     "optimizer.step bypasses the scaler": "SCF502",
     "backward on the unscaled loss": "SCF503",
     "scaler.update never called": "SCF504",
+    "backward inside autocast": "SCF601",
+    "GradScaler on with bf16": "SCF602",
+    "cosine scheduler stepped every batch": "SCF701",
+    "cosine scheduler stepped before the epoch's updates": "SCF702",
     "plateau step without the metric": "SCF801",
+    "plateau stepped with the training loss": "SCF802",
+    "plateau mode max for a loss": "SCF803",
+    "model.train never called": "SCF901",
     "validation without no_grad": "SCF1001",
+    "validation without model.eval": "SCF1002",
     "loss tensor kept with its graph": "SCF1101",
+    "nothing seeded": "SCF3101",
+}
+# Found in some combinations only, with the reason.
+PARTLY = {
+    # The distributed combinations reduce the per-step losses across processes first: the
+    # per-batch mean is then a sum over a stacked tensor, no mean() or len() to read.
+    "training loss averaged per batch": "SCF1201",
 }
 
 
@@ -516,16 +532,19 @@ def test_mutation_suite_bugs_in_generated_projects(render_combo, tmp_path, capsy
                     apply_edit(target, edit)
             except MutationError:
                 continue  # not in this combination's code
-            codes = {f.code for f in check_paths([str(copy)]).findings}
-            expected = ENGINE_MUTANTS.get(mutant.bug)
+            codes = {f.code for f in check_paths([str(copy)], select=["ALL"]).findings}
+            expected = ENGINE_MUTANTS.get(mutant.bug) or PARTLY.get(mutant.bug)
             found = expected in codes if expected else bool(codes)
             outcomes.setdefault((mutant.rule, mutant.bug), []).append(found)
+            if mutant.bug in PARTLY and options.distributed:
+                continue
             if expected and not found:
                 missed.append(f"{combo_id(options)}: {mutant.bug}: {sorted(codes)}")
     with capsys.disabled():
         print("\nscaffold check on the mutation suite's bugs in generated projects:")
         for (rule, bug), hits in outcomes.items():
             reach = "" if bug in ENGINE_MUTANTS else "  (not expected: see ENGINE_MUTANTS)"
+            reach = "  (one process only: see PARTLY)" if bug in PARTLY else reach
             print(f"  {rule:4} {sum(hits)}/{len(hits)} {bug}{reach}")
     assert not missed, "\n".join(missed)
     assert set(ENGINE_MUTANTS) <= {bug for _, bug in outcomes}, "a listed bug never applied"

@@ -951,11 +951,13 @@ def _callers_seed(project, function, depth: int = 0) -> bool:
     for call, home in calls:
         scope = home.enclosing_function(call)
         body = scope.body if scope is not None else home.tree.body
-        seeded = False
-        for path in home.body_paths(body, Ctx(scope, (), (scope,), home)):
-            for event in path.events:
-                if event.kind == SEED and event.node.lineno <= call.lineno:
-                    seeded = True
+        # What the caller runs before the statement that holds the call.
+        before = [stmt for stmt in body if stmt.end_lineno < call.lineno]
+        seeded = any(
+            event.kind == SEED
+            for path in home.body_paths(before, Ctx(scope, (), (scope,), home))
+            for event in path.events
+        )
         if not seeded and not (scope is not None and _callers_seed(project, scope, depth + 1)):
             return False
     return True

@@ -47,7 +47,7 @@ ZERO, BACKWARD, UNSCALE, CLIP, STEP = "zero", "backward", "unscale", "clip", "st
 SCHED_STEP, TRAIN_MODE, EVAL_MODE, PASS = "sched_step", "train", "eval", "pass"
 UPDATE = "update"  # scaler.update()
 EVALUATE = "evaluate"  # a loop that runs no training step: validation, test, inference
-SEED, BUILD = "seed", "build"  # a random generator seeded; an optimizer constructed
+SEED, BUILD = "seed", "build"  # torch's generator seeded; a model or an optimizer constructed
 
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -358,6 +358,8 @@ class Module:
         if isinstance(node, ast.Expr | ast.Assign | ast.AugAssign | ast.AnnAssign):
             if getattr(node, "value", None) is not None:
                 paths = self.expr(node.value, ctx, paths)
+            if isinstance(node, ast.Assign) and _builds_model(node):
+                self.add(paths, Event(BUILD, node.value))  # model = build_model(cfg)
             if _manual_update(node):
                 self.add(paths, Event(STEP, node, key="<manual>"))  # p -= lr * p.grad
             if isinstance(node, ast.Assign) and _clears_grad(node):
@@ -694,6 +696,17 @@ def _is_scale(node) -> bool:
 def _has_step(paths: list) -> bool:
     kinds = {event.kind for path in paths for event in path.events}
     return BACKWARD in kinds and STEP in kinds
+
+
+def _builds_model(node: ast.Assign) -> bool:
+    """`model = Net()` or `net = build_model(cfg)`; not `model = model.to(device)`."""
+    if not isinstance(node.value, ast.Call) or len(node.targets) != 1:
+        return False
+    target = dotted(node.targets[0])
+    if target is None or not any(w in target.rsplit(".", 1)[-1].lower() for w in ("model", "net")):
+        return False
+    source = dotted(node.value.func) or ""
+    return source.split(".")[0] != target.split(".")[0] and "load" not in source.lower()
 
 
 def _uses_grad(node) -> bool:

@@ -186,8 +186,8 @@ _RULES = [
     Rule(
         "SCF3101",
         "S1",
-        "optimizer built and trained with nothing seeded: weights and batch order change "
-        "from run to run",
+        "model or optimizer built for training with nothing seeded before it: weights and "
+        "batch order change from run to run",
         "seed random, numpy and torch (torch.manual_seed) before the model and data are built",
         default=False,
     ),

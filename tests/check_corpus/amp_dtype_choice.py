@@ -35,7 +35,7 @@ def run(model, dataset, val_loader, epochs=10, accumulate=4, amp="bf16", seed=0)
     seed_all(seed)
     loader = make_loader(dataset, 32, seed)
     model.cuda()  # [move]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # [optim]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # [optim] [built]
     total_updates = epochs * len(loader) // accumulate
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 3e-4, total_steps=total_updates)
     dtype = amp_dtype(amp)

@@ -15,7 +15,7 @@ class Trainer:
         self.device = torch.device("cuda", dist.get_rank())
         self.model = model
         self.model.to(self.device)  # [move]
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)  # [optim]
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)  # [optim] [built]
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=30)
         self.dtype = DTYPES[cfg.amp]
         self.scaler = torch.amp.GradScaler(enabled=self.dtype == torch.float16)  # [scaler]

@@ -7,7 +7,7 @@ torch.manual_seed(0)  # [seed]
 x, y = torch.randn(256, 8), torch.randint(0, 2, (256,))
 train_batches = list(zip(x[:192].split(32), y[:192].split(32), strict=True))
 val_batches = list(zip(x[192:].split(32), y[192:].split(32), strict=True))
-model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))  # [built]
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # [optim]
 warmup_steps = 3 * len(train_batches)
 warmup = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.1, total_iters=warmup_steps)

@@ -24,7 +24,7 @@ def main():
         num_workers=2,
         generator=torch.Generator().manual_seed(0),  # [generator]
     )
-    model = torch.nn.Sequential(
+    model = torch.nn.Sequential(  # [built]
         torch.nn.Linear(16, 32), torch.nn.Dropout(0.1), torch.nn.Linear(32, 3)
     )
     model.to(device)  # [move]

@@ -454,9 +454,139 @@ def rollout(env, policy, opt, warmup):
 }
 
 
+NEGATIVES.update(
+    {
+        "R6: the scaler on where autocast is float16 only, and backward outside autocast": """
+import torch
+def fit(model, opt, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).sum()
+        with torch.autocast("cuda", enabled=False):
+            scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+""",
+        "R7: an epoch scheduler stepped at the start of every epoch but the first": """
+import torch
+def fit(model, loader, epochs):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 10)
+    for epoch in range(epochs):
+        if epoch > 0:
+            sched.step()
+        for x in loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+""",
+        "R8: a plateau on the validation accuracy in max mode, in a function named train": """
+import torch
+def train(model, opt, loader, val_loader, epochs):
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max")
+    for _ in range(epochs):
+        for x in loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            val_accuracy = sum(float(model(x).mean()) for x in val_loader)
+        model.train()
+        sched.step(val_accuracy)
+""",
+        "R10: eval mode set through a helper before evaluating": """
+import torch
+def freeze(model):
+    model.eval()
+@torch.no_grad()
+def evaluate(model, loader):
+    freeze(model)
+    return [model(x) for x in loader]
+def fit(model, opt, loader, epochs):
+    for _ in range(epochs):
+        model.train()
+        for x in loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        evaluate(model, loader)
+""",
+        "R14: accumulation with the loss divided inside its helper": """
+import torch
+def micro_loss(model, x, k):
+    return model(x).sum() / k
+def fit(model, opt, loader, k=4):
+    for i, x in enumerate(loader):
+        loss = micro_loss(model, x, k)
+        loss.backward()
+        if (i + 1) % k == 0:
+            opt.step()
+            opt.zero_grad()
+""",
+        "R15: a validation DistributedSampler that does not shuffle": """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+def val_loader(dataset):
+    return DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle=False))
+""",
+        "S1: seeded by the caller before it calls main, with a library's seed_everything": """
+import lightning as L
+import torch
+def main(loader):
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+if __name__ == "__main__":
+    L.seed_everything(0)
+    main([torch.ones(2)])
+""",
+        "S2 and R12: no workers, a generator in **kwargs, a mean over samples": """
+import torch
+from torch.utils.data import DataLoader
+def loaders(dataset, **kwargs):
+    return DataLoader(dataset, shuffle=True), DataLoader(dataset, num_workers=4, **kwargs)
+def validate(model, loader):
+    total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            total += float((model(x) - y).pow(2).sum())
+    return total / len(loader.dataset)
+""",
+    }
+)
+
+
 @pytest.mark.parametrize("name", NEGATIVES)
 def test_tricky_correct_code_has_no_finding(name, tmp_path):
-    assert findings_of(NEGATIVES[name], tmp_path) == []
+    path = tmp_path / "loop.py"
+    path.write_text(NEGATIVES[name])
+    # Every rule for the opt-in rules' cases; the older cases do not seed (S1, opt-in).
+    select = ["ALL"] if name.startswith(("S1", "S2")) else ()
+    result = check_paths([str(path)], select=select)
+    assert not result.problems, result.problems
+    assert [(f.line, f.code) for f in result.findings] == []
+
+
+def test_a_check_that_fails_is_one_line_and_the_others_still_run(tmp_path, monkeypatch):
+    from scaffold.check import checks
+
+    def broken(module):
+        raise ValueError("boom")
+        yield
+
+    monkeypatch.setattr(checks, "CHECKS", ((broken, ("SCF2301",)), *checks.CHECKS[:-3]))
+    (tmp_path / "loop.py").write_text(BUGGY)
+    result = invoke(str(tmp_path))
+    assert result.exit_code == 2
+    assert "SCF201" in result.stdout  # the other checks still ran
+    errors = [line for line in result.stderr.splitlines() if "internal error" in line]
+    assert len(errors) == 1 and "broken: ValueError('boom')" in errors[0], result.stderr
 
 
 # --- every project scaffold generates checks clean ---

@@ -59,15 +59,28 @@ def check_tree(tree: ast.Module) -> list[tuple[ast.AST, str]]:
     return [(node, code) for _, node, code in check_project(project)]
 
 
-def check_project(project: Project, wanted=None) -> list[tuple[Module, ast.AST, str]]:
+def check_project(
+    project: Project, wanted=None, problems: list | None = None
+) -> list[tuple[Module, ast.AST, str]]:
     """Every finding in the project's files, as (file, node, code), once each; only the checks
     of the codes `wanted` (a predicate) when given. A finding in a helper is reported in the
-    helper's file, whichever file's loop called it."""
+    helper's file, whichever file's loop called it. A check that fails on a file adds a line
+    to `problems` (raises without it); the other checks go on."""
     found = {}
     checks = [c for c, codes in CHECKS if wanted is None or any(map(wanted, codes))]
     for module in project.modules:
         for check in checks:
-            for node, code in check(module):
+            try:
+                results = list(check(module))
+            except Exception as err:
+                if problems is None:
+                    raise
+                problems.append(
+                    f"{module.path or '<source>'}: internal error in scaffold check "
+                    f"({check.__name__}: {err!r}); the other checks ran, please report it"
+                )
+                continue
+            for node, code in results:
                 home = project.module_at(node)
                 key = (project.modules.index(home), node.lineno, node.col_offset, code)
                 found.setdefault(key, (home, node, code))
@@ -950,9 +963,15 @@ def _callers_seed(project, function, depth: int = 0) -> bool:
         return False
     for call, home in calls:
         scope = home.enclosing_function(call)
-        body = scope.body if scope is not None else home.tree.body
-        # What the caller runs before the statement that holds the call.
-        before = [stmt for stmt in body if stmt.end_lineno < call.lineno]
+        # What the caller runs before the call: the statements that end before it, at any
+        # depth (a seed under `if __name__ == "__main__":`), outermost first.
+        earlier = {
+            n
+            for n in home.project.nodes_of(scope if scope is not None else home.tree)
+            if isinstance(n, ast.stmt) and n.end_lineno < call.lineno
+        }
+        before = [n for n in earlier if home.parents.get(n) not in earlier]
+        before.sort(key=lambda n: n.lineno)
         seeded = any(
             event.kind == SEED
             for path in home.body_paths(before, Ctx(scope, (), (scope,), home))

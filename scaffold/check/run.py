@@ -45,17 +45,25 @@ def check_paths(paths: list[str], select=(), ignore=()) -> Result:
     except OSError as err:  # a folder that cannot be listed
         result.problems.append(f"{err.filename}: cannot read: {err.strerror or err}")
     result.files = len(sources)
-    result.findings = check_sources(sources, select, ignore)
+    result.findings = check_sources(sources, select, ignore, result.problems)
     return result
 
 
-def check_sources(sources: list, select=(), ignore=()) -> list[Finding]:
-    """The findings in parsed files that are selected and not silenced by a noqa comment."""
+def check_sources(sources: list, select=(), ignore=(), problems=None) -> list[Finding]:
+    """The findings in parsed files that are selected and not silenced by a noqa comment. A
+    check that fails on a file (a bug of scaffold check) adds one line to `problems` and the
+    other checks still run."""
+    problems = [] if problems is None else problems
     project = Project()
     by_module = {project.add(source.tree, source.path): source for source in sources}
-    project.finish()
+    try:
+        project.finish()
+    except Exception as err:  # one line, not a traceback
+        problems.append(f"internal error in scaffold check while reading the files: {err!r}")
+        return []
     findings = []
-    for module, node, code in check_project(project, lambda c: selected(c, select, ignore)):
+    wanted = lambda c: selected(c, select, ignore)  # noqa: E731
+    for module, node, code in check_project(project, wanted, problems):
         source = by_module[module]
         if not selected(code, select, ignore):
             continue

@@ -533,8 +533,8 @@ def check(
         list[str] | None,
         typer.Option(
             metavar="CODE",
-            help="Only these codes or rules, e.g. SCF201 or R2 (repeatable); replaces the "
-            "pyproject.toml setting.",
+            help="Only these codes or rules, e.g. SCF201, R2, or ALL for the opt-in ones too "
+            "(repeatable); replaces the pyproject.toml setting.",
         ),
     ] = None,
     ignore: Annotated[
@@ -559,14 +559,17 @@ def check(
 ) -> int:
     """Find silent training-loop bugs in PyTorch code, without running it.
 
-    Reports the loop-rule breaks that can be read from the source: zero_grad, backward,
-    clipping and step out of order, an epoch scheduler stepped per batch, eval mode left on,
-    validation without no_grad, loss tensors kept, torch.load without weights_only.
-    `# noqa: SCF201` at the end of a line silences that code there, a bare `# noqa` every
-    code. Settings (select, ignore, extend-ignore, exclude) come from [tool.scaffold.check] in
-    the nearest pyproject.toml at or above the current folder. Exit code: 0 clean, 1 findings
-    (with --fix: findings left; with --diff: fixes to make), 2 when a path or the settings
-    could not be read (the other paths are still checked).
+    Reports the loop-rule breaks that can be read from the source, through helpers in the files
+    given (read together): zero_grad, backward, clipping and step out of order, AMP misuse,
+    schedulers stepped at the wrong rate or fed the wrong value, eval mode left on or never set,
+    validation without no_grad, loss tensors kept, accumulation without dividing the loss,
+    DistributedSampler without set_epoch, torch.load without weights_only. Off unless selected
+    (--select ALL): per-batch epoch means (R12), no seed (S1), unseeded loader workers (S2). `#
+    noqa: SCF201` at the end of a line silences that code there, a bare `# noqa` every code.
+    Settings (select, ignore, extend-ignore, exclude) come from [tool.scaffold.check] in the
+    nearest pyproject.toml at or above the current folder. Exit code: 0 clean, 1 findings (with
+    --fix: findings left; with --diff: fixes to make), 2 when a path or the settings could not
+    be read (the other paths are still checked).
     """
     from scaffold.check.config import load_settings
     from scaffold.check.files import listed_files

@@ -5,10 +5,7 @@ enabled=flag is taken as on; `if step % k == 0` is read as either branch, never 
 a dtype, a patience or a scheduler mode read from a config file), which optimizer a backward()
 feeds when two models share one loss graph (a GAN's step moved between its discriminator's two
 backward() calls is not seen), and objects reached through containers, getattr or dynamic
-dispatch. Within reach but not built yet: helpers imported from another checked file (they are
-opaque, so a loop split between train.py and engine.py is checked file by file), R6
-(backward or step inside autocast), R7's per-step schedules stepped per epoch, R8 with a
-training-set value, R10's missing model.eval(), R12, R14, R15 and seeding (S1, S2).
+dispatch. Helpers are followed into every file checked in the same run (project.py).
 """
 
 import ast

@@ -90,7 +90,11 @@ def step_order(module: Module):
         events = [e for path in unit.paths for e in path.events]
         zeroed = {e.key for e in events if e.kind == ZERO}
         for event in events:
-            if event.kind == STEP and not _zeroed(module, event.key, zeroed):
+            if (
+                event.kind == STEP
+                and not _zeroed(module, event.key, zeroed)
+                and _repeats(module, unit)
+            ):
                 yield event.node, "SCF202"
                 break
         if not any(e.kind == UPDATE for e in events):
@@ -100,6 +104,31 @@ def step_order(module: Module):
                     break
         for path in unit.paths:
             yield from _path_order([e for e in path.events if e.kind != PASS])
+
+
+STEP_NAMES = ("step", "batch", "train", "update", "iter", "fit", "optimi")
+
+
+def _repeats(module: Module, unit) -> bool:
+    """Whether a step runs again and again: a loop, a function named like a training step, or
+    one called from a loop. A function that runs backward() and step() once (a gradient check
+    in a test) has no earlier gradients to clear."""
+    if unit.node is not unit.function:
+        return True
+    if any(word in unit.function.name.lower() for word in STEP_NAMES):
+        return True
+    return any(
+        isinstance(node, LOOPS + COMPREHENSIONS)
+        for call, home in module.project.callers(unit.function)
+        for node in _ancestors(home, call)
+    )
+
+
+def _ancestors(module: Module, node):
+    node = module.parents.get(node)
+    while node is not None:
+        yield node
+        node = module.parents.get(node)
 
 
 def _zeroed(module: Module, optimizer: str | None, zeroed: set) -> bool:
@@ -300,10 +329,15 @@ def evaluation_with_grad(module: Module):
             yield loop, "SCF1001"
 
 
+NOT_HELPERS = {"getattr", "hasattr", "setattr", "isinstance", "type", "id", "print", "repr", "str"}
+
+
 def _evaluates(module: Module, loop, function) -> bool:
     name = getattr(function, "name", "").lower().lstrip("_")
     if name.startswith("test_"):
         return False  # a pytest test: its graphs live as long as the test, no longer
+    if _over_constants(loop):
+        return False  # for flag in [True, False]: a few calls, not an evaluation over data
     named = name.startswith(EVAL_NAMES) or name in EVAL_EXACT or name.endswith(EVAL_ENDINGS)
     scope = function if function is not None else module.tree
     modes = sorted(
@@ -325,12 +359,22 @@ def _evaluates(module: Module, loop, function) -> bool:
     for node in module.project.nodes_of(loop):
         if not isinstance(node, ast.Call):
             continue
+        if last_name(node) in NOT_HELPERS:
+            continue  # getattr(model, name), isinstance(model, ...): nothing runs the model
         # The model called, or handed to a helper that calls it: compute_loss(model, batch).
         for key in [dotted(node.func)] + [dotted(arg) for arg in node.args]:
             last = (key or "").rsplit(".", 1)[-1].lower()
             if key in evaluated or "model" in last or "net" in last or last == "forward":
                 return True
     return False
+
+
+def _over_constants(loop) -> bool:
+    """A loop over a literal list or tuple of constants: `for debug in (True, False)`."""
+    container = getattr(loop, "iter", None)
+    return isinstance(container, ast.List | ast.Tuple | ast.Set) and all(
+        isinstance(e, ast.Constant) for e in container.elts
+    )
 
 
 def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:

@@ -21,7 +21,16 @@ class Source:
 
     path: str
     tree: ast.Module
-    noqa: dict = field(default_factory=dict)
+    text: str = ""
+    _noqa: dict | None = field(default=None, repr=False)
+
+    @property
+    def noqa(self) -> dict:
+        # Tokenized only when a finding asks: most files have none, and tokenizing costs
+        # about as much as parsing.
+        if self._noqa is None:
+            self._noqa = noqa_lines(self.text)
+        return self._noqa
 
     def silenced(self, line: int, code: str) -> bool:
         if line not in self.noqa:
@@ -98,7 +107,7 @@ def read_source(path: str) -> Source:
         ) from None
     except ValueError as err:  # e.g. a null byte
         raise Unreadable(f"{path}: cannot parse: {err}") from None
-    return Source(path, tree, noqa_lines(text))
+    return Source(path, tree, text)
 
 
 def noqa_lines(text: str) -> dict:

@@ -184,9 +184,13 @@ class Module:
 
     def _index(self) -> None:
         self.nodes = [self.tree]  # every node, parents before children
+        enclosing = self.project.enclosing
+        enclosing[self.tree] = None
         for node in self.nodes:
+            function = node if isinstance(node, FUNCTIONS) else enclosing[node]
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
+                enclosing[child] = function
                 self.nodes.append(child)
         self.function_nodes = [n for n in self.nodes if isinstance(n, FUNCTIONS)]
         for node in self.tree.body:
@@ -323,15 +327,8 @@ class Module:
         return None
 
     def enclosing_function(self, node):
-        memo = self.project.enclosing
-        if node in memo:
-            return memo[node]
-        parent = self.parents.get(node)
-        found = parent
-        if parent is not None and not isinstance(parent, FUNCTIONS):
-            found = self.enclosing_function(parent)
-        memo[node] = found
-        return found
+        """The function a node is in; None at module level."""
+        return self.project.enclosing.get(node)
 
     def method_of(self, function):
         """The method a (possibly nested) function sits in."""
@@ -497,7 +494,7 @@ class Module:
         name = last_name(call)
         if name in CLIPS:
             return Event(CLIP, call)
-        if name in ("backward", "manual_backward"):
+        if name in ("backward", "manual_backward") and not _distributed_autograd(func):
             return self._backward(call, ctx)
         if name in OPTIMIZERS and (isinstance(func, ast.Name) or "optim" in f"{dotted(func)}"):
             return Event(BUILD, call)
@@ -631,6 +628,7 @@ class Module:
                     self.unit(node)
                 else:  # nothing in it can run backward(): no step, no training pass
                     self.loops_paths.setdefault(node, [])
+                    self._units.setdefault(node, None)
         for node in self.function_nodes:
             if node in candidates:
                 paths = self.body_paths(node.body, Ctx(node, (), (node,), self))
@@ -696,6 +694,13 @@ def _is_scale(node) -> bool:
 def _has_step(paths: list) -> bool:
     kinds = {event.kind for path in paths for event in path.events}
     return BACKWARD in kinds and STEP in kinds
+
+
+def _distributed_autograd(func) -> bool:
+    """torch.distributed.autograd.backward(context_id, ...): gradients kept per context, never
+    in .grad, so there is nothing for zero_grad() to clear."""
+    owner = dotted(func.value) if isinstance(func, ast.Attribute) else None
+    return owner is not None and owner.endswith(("dist_autograd", "distributed.autograd"))
 
 
 def _builds_model(node: ast.Assign) -> bool:

@@ -514,6 +514,22 @@ def fit(model, opt, loader, epochs):
             opt.step()
         evaluate(model, loader)
 """,
+        "R10: a helper named like the model, called in training and in validation": """
+import torch
+def model_inputs(batch):
+    return batch["x"]
+def fit(model, opt, loader, val_loader, epochs):
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            model(model_inputs(batch)).sum().backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            sizes = [len(model_inputs(batch)) for batch in val_loader]
+    return sizes
+""",
         "R14: accumulation with the loss divided inside its helper": """
 import torch
 def micro_loss(model, x, k):

@@ -764,7 +764,8 @@ def evaluation_in_training_mode(module: Module):
                         mode[event.key] = "eval"
                     elif event.kind == PASS:
                         for key in event.called:  # a module is in training mode unless set
-                            mode.setdefault(key, "train")
+                            if _is_model(key, models):
+                                mode.setdefault(key, "train")
                     elif event.kind == EVALUATE:
                         trained = [
                             k
@@ -790,8 +791,10 @@ def _model_names(project) -> set:
 
 
 def _is_model(key: str, models: set) -> bool:
+    """A module: put in train/eval mode or asked for its parameters somewhere in the checked
+    files, or named like one (model, self.model, base_model, net); not model_inputs()."""
     last = key.rsplit(".", 1)[-1]
-    return last in models or "model" in last.lower()
+    return last in models or last.lower().endswith(("model", "net"))
 
 
 def _evaluation_loop(module: Module, loop) -> bool:

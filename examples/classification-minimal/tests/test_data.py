@@ -1,18 +1,23 @@
-"""Reading a CSV file: the target column by name, numeric features, one clear line per bad input."""
+"""Reading CSV and Parquet files: the target by name, numeric features, one line per bad input."""
 
+import csv
 import dataclasses
 import os
+import random
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import torch
+from pyarrow import parquet
 
 from classification_minimal import data as data_module
 from classification_minimal import train
 from classification_minimal.data import (
     DataError,
+    NewData,
     load_data,
-    read_csv,
+    read_table,
 )
 
 
@@ -26,6 +31,30 @@ def write_csv(path: Path, content: str | bytes) -> str:
 
 def load_csv(cfg, path: Path, content: str | bytes):
     return load_data(dataclasses.replace(cfg, data=write_csv(path, content)))
+
+
+def write_parquet(path: Path, columns: dict) -> str:
+    parquet.write_table(pa.table(columns), path)
+    return str(path)
+
+
+def random_table(seed: int, rows: int) -> dict[str, list]:
+    """Columns of float32 values (as Python floats, so a CSV file holds them exactly), small
+    integers, and a target; each seed draws other values."""
+    rng = random.Random(seed)
+    f32 = torch.tensor([rng.gauss(0, 10 ** rng.randint(-3, 6)) for _ in range(2 * rows)])
+    columns = {"wide": f32[:rows].tolist(), "count": [rng.randint(-5, 500) for _ in range(rows)]}
+    columns["narrow"] = f32[rows:].tolist()
+    columns["target"] = [rng.choice(["cat", "dog", "7"]) for _ in range(rows)]
+    return columns
+
+
+def csv_copy(path: Path, columns: dict) -> str:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(zip(*columns.values(), strict=True))
+    return str(path)
 
 
 NUMBER = "every feature needs a number"
@@ -56,7 +85,7 @@ def test_csv_target_column_by_name(cfg, tmp_path):
 def test_values_are_read_exactly_with_or_without_a_bom(tmp_path, bom):
     text = ' x1 , x 2 ,target\r\n0.1,-2.5e3,1\r\n\r\n3,1e-3,0\r\n1.5,"7",1\r\n'
     path = write_csv(tmp_path / "d.csv", bom + text.encode())
-    features, targets, names = read_csv(path, "target")
+    features, targets, names = read_table(path, "target")
     assert names == ["x1", "x 2"]  # names lose surrounding spaces only
     expected = torch.tensor([[0.1, -2500.0], [3.0, 1e-3], [1.5, 7.0]], dtype=torch.float32)
     assert torch.equal(features, expected)
@@ -65,10 +94,10 @@ def test_values_are_read_exactly_with_or_without_a_bom(tmp_path, bom):
 
 def test_a_record_may_span_lines_and_errors_name_the_line_it_starts_on(tmp_path):
     path = write_csv(tmp_path / "d.csv", 'a,b,target\n"1\n",2,0\n3,4,1\n')
-    assert read_csv(path, "target")[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert read_table(path, "target")[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
     path = write_csv(tmp_path / "e.csv", 'a,b,target\n"1\n",2,0\n3,x,1\n')
     with pytest.raises(DataError) as err:
-        read_csv(path, "target")
+        read_table(path, "target")
     assert str(err.value) == f"{path}:4:2: column 'b' is not a number: 'x'; {NUMBER}"
 
 
@@ -130,8 +159,9 @@ def test_a_path_that_is_no_csv_file_is_a_one_line_error(cfg, tmp_path):
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)  # reading would block until a writer comes, perhaps never
     cases = {
-        str(tmp_path): f"{tmp_path} is a folder; data must be a CSV file",
+        str(tmp_path): f"{tmp_path} is a folder; data must be a CSV or Parquet file",
         str(tmp_path / "no.csv"): f"cannot read {tmp_path / 'no.csv'}: No such file or directory",
+        str(tmp_path / "no.pq"): f"cannot read {tmp_path / 'no.pq'}: No such file or directory",
         str(fifo): f"{fifo} is not a regular file (a device or pipe); save it to a CSV file",
         # Endless: read whole, it would fill the memory.
         "/dev/zero": "/dev/zero is not a regular file (a device or pipe); save it to a CSV file",
@@ -142,8 +172,10 @@ def test_a_path_that_is_no_csv_file_is_a_one_line_error(cfg, tmp_path):
         assert str(err.value) == message
 
 
-def test_an_unreadable_csv_is_a_one_line_error(cfg, tmp_path, monkeypatch):
-    path = write_csv(tmp_path / "d.csv", "a,target\n1,0\n2,1\n")
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_an_unreadable_file_is_a_one_line_error(cfg, tmp_path, monkeypatch, suffix):
+    write = write_parquet if suffix == ".parquet" else csv_copy
+    path = write(tmp_path / f"d{suffix}", {"a": [1, 2], "target": [0, 1]})
     os.chmod(path, 0)
     if os.name != "posix" or os.geteuid() == 0:
         # Root (as in many containers) reads any file: refuse it the way the OS would a user.
@@ -193,6 +225,134 @@ def test_a_target_with_many_fractional_values_is_continuous(cfg, tmp_path, rows,
         f"0.5: it looks continuous (classes allow at most {grades - 1} such values); "
         "use a regression project (scaffold new NAME --task regression) or bin the values"
     )
+
+
+def test_cells_only_python_reads_are_read_and_far_errors_name_their_line(tmp_path):
+    # Arrow refuses '1_000' and ' 2\n' (Python's float() reads them): the csv module reads it.
+    path = write_csv(tmp_path / "d.csv", 'a,b,target\n1_000,"2\n",0\n3,4,1\n')
+    assert read_table(path, "target")[0].tolist() == [[1000.0, 2.0], [3.0, 4.0]]
+    # Lone \r line breaks (old Mac files): more rows than \n, read by the csv module too.
+    path = write_csv(tmp_path / "cr.csv", "a,b,target\r1,2,0\r3,4,1\r5,6,0\r")
+    assert read_table(path, "target")[0].tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    # Past Arrow's first block of 1 MiB, a bad cell is still named by its line.
+    rows = "".join(f"{i},{i % 7},{i % 2}\n" for i in range(150_000))
+    for cell, problem in [
+        ("x", "is not a number: 'x'; " + NUMBER),
+        ("inf", "is 'inf', " + NOT_FINITE),
+    ]:
+        path = write_csv(tmp_path / "big.csv", f"a,b,target\n{rows}\n7,{cell},1\n")
+        with pytest.raises(DataError) as err:
+            read_table(path, "target")
+        assert str(err.value) == f"{path}:150003:2: column 'b' {problem}"
+
+
+def test_a_file_too_large_for_memory_is_a_one_line_error(tmp_path, monkeypatch):
+    path = csv_copy(tmp_path / "d.csv", {"a": [1, 2], "target": [0, 1]})
+
+    def no_memory(*args, **kwargs):
+        raise pa.ArrowMemoryError("malloc of size 1000000000000 failed")
+
+    monkeypatch.setattr(data_module.arrow_csv, "open_csv", no_memory)
+    with pytest.raises(DataError) as err:
+        read_table(path, "target")
+    assert str(err.value) == f"{path} does not fit in memory; train on a sample of its rows"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_parquet_file_gives_what_the_same_table_gives_as_csv(cfg, tmp_path, seed):
+    columns = random_table(seed, 300)
+    from_csv = read_table(csv_copy(tmp_path / "t.csv", columns), "target")
+    from_parquet = read_table(write_parquet(tmp_path / "t.parquet", columns), "target")
+    assert from_csv[2] == from_parquet[2] == ["wide", "count", "narrow"]
+    expected = torch.tensor([columns[name] for name in from_csv[2]]).T
+    assert torch.equal(from_csv[0], expected)
+    assert torch.equal(from_parquet[0], expected)
+    assert list(from_csv[1]) == list(from_parquet[1])
+    # And the runs made of them: the same split, statistics and encoded targets.
+    runs = [
+        load_data(dataclasses.replace(cfg, data=str(tmp_path / name)))
+        for name in ("t.csv", "t.parquet")
+    ]
+    for a, b in [(runs[0].train, runs[1].train), (runs[0].val, runs[1].val)]:
+        assert torch.equal(a.features, b.features) and torch.equal(a.targets, b.targets)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_new_data_may_be_parquet_with_its_columns_in_any_order(cfg, tmp_path, seed):
+    columns = random_table(seed, 200)
+    data = load_data(dataclasses.replace(cfg, data=csv_copy(tmp_path / "t.csv", columns)))
+    new = NewData(data.state_dict(), cfg)
+    reordered = {
+        "note": ["any text"] * 200,
+        **{n: columns[n] for n in ["narrow", "target", "count", "wide"]},
+    }
+    read = [
+        new.read(write(tmp_path / f"new{suffix}", reordered), data.task, labelled=True)
+        for write, suffix in [(csv_copy, ".csv"), (write_parquet, ".pq")]
+    ]
+    assert read[0][0] == read[1][0] == [str(i) for i in range(1, 201)]
+    assert torch.equal(read[0][1].features, read[1][1].features)
+    assert torch.equal(read[0][1].targets, read[1][1].targets)
+
+
+def test_a_pandas_index_in_a_parquet_file_is_no_feature(tmp_path):
+    table = pa.table({"a": [1.0, 2.0], "row_id": [10, 11], "target": [0, 1]})
+    table = table.replace_schema_metadata({"pandas": '{"index_columns": ["row_id"]}'})
+    parquet.write_table(table, tmp_path / "d.parquet")
+    assert read_table(str(tmp_path / "d.parquet"), "target")[2] == ["a"]
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        (
+            {"a": [1.0, 2.0], "name": ["x", "y"], "target": [0, 1]},
+            "{path}: column 'name' holds string values, not numbers; every feature needs a "
+            "number (encode text columns as numbers, or drop them)",
+        ),
+        ({"a": [1.0, None], "target": [0, 1]}, "{path}: row 2: column 'a' is empty; " + NUMBER),
+        (
+            {"a": [1.0, float("nan")], "target": [0, 1]},
+            "{path}: row 2: column 'a' is nan, " + NOT_FINITE,
+        ),
+        ({"a": [1e39, 1.0], "target": [0, 1]}, "{path}: row 1: column 'a' is 1e+39, " + NOT_FINITE),
+        ({"a": [1.0, 2.0]}, "{path}: no column 'target' (columns: a)"),
+        (
+            {"a": pa.array([], pa.float64()), "target": pa.array([], pa.int64())},
+            "{path}: needs at least one row",
+        ),
+        (
+            pa.Table.from_arrays(
+                [pa.array([1]), pa.array([2]), pa.array([0])], ["a", "a", "target"]
+            ),
+            "{path}: duplicate column names: a; " + NAMES,
+        ),
+        (
+            {"a": [1.0, 2.0, 3.0], "target": [0, None, 1]},
+            "{path}: row 2: target 'target' is empty; " + LABEL,
+        ),
+    ],
+)
+def test_bad_parquet_is_a_one_line_error(cfg, tmp_path, columns, message):
+    path = tmp_path / "d.parquet"
+    parquet.write_table(columns if isinstance(columns, pa.Table) else pa.table(columns), path)
+    with pytest.raises(DataError) as err:
+        load_data(dataclasses.replace(cfg, data=str(path)))
+    assert str(err.value) == message.format(path=path)
+
+
+def test_a_file_that_is_no_parquet_or_a_damaged_one_is_a_one_line_error(cfg, tmp_path):
+    good = Path(write_parquet(tmp_path / "good.parquet", {"a": [1.5] * 100, "target": [0, 1] * 50}))
+    damaged = bytearray(good.read_bytes())
+    damaged[4:200] = b"\xff" * 196  # the column data; the footer is intact
+    for content in [b"a,target\n1,0\n2,1\n", bytes(damaged)]:
+        path = write_csv(tmp_path / "d.parquet", content)
+        with pytest.raises(DataError) as err:
+            load_data(dataclasses.replace(cfg, data=path))
+        assert str(err.value).startswith(f"{path}: not a readable Parquet file (")
+        assert str(err.value).endswith(
+            "); write it again (pandas: df.to_parquet), or name a CSV file .csv"
+        )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,9 @@ import csv
 import math
 import random
 
+import pyarrow as pa
+from pyarrow import parquet
+
 # --set values for a run that takes a fraction of a second; the tests add --device cpu.
 SMALL = ["n_samples=256", "hidden_dim=16"]
 # The same for a run on the files of write_labelled below.
@@ -85,10 +88,21 @@ def rewrite(labelled: str, folder) -> str:
     return str(path)
 
 
-def _csv(folder, text: str) -> str:
-    path = folder / "new.csv"
+def _csv(folder, text: str, name: str = "new.csv") -> str:
+    path = folder / name
     path.write_text(text)
     return str(path)
+
+
+def _parquet(folder, columns: dict) -> str:
+    path = folder / "new.parquet"
+    parquet.write_table(pa.table(columns), path)
+    return str(path)
+
+
+# Four rows of the training columns, as Parquet, with the given columns changed.
+def _rows(**changed) -> dict:
+    return {**{f"x{i}": [0.5, -1.0, 2.0, 0.0] for i in range(4)}, **changed}
 
 
 # (id, writer of a bad input, whether evaluate reads it (else predict), the error's words)
@@ -101,9 +115,34 @@ NEW_DATA_REFUSALS = [
     ("no-target", lambda d: _csv(d, "x0,x1,x2,x3\n1,2,3,4\n"), True, "no target column"),
     ("folder", lambda d: str(d), False, "is a folder"),
     (
+        "parquet-text-column",
+        lambda d: _parquet(d, _rows(x1=["a", "b", "c", "d"])),
+        False,
+        "column 'x1' holds string values, not numbers",
+    ),
+    (
+        "parquet-empty-cell",
+        lambda d: _parquet(d, _rows(x2=[1.0, None, 2.0, 3.0])),
+        False,
+        "new.parquet: row 2: column 'x2' is empty",
+    ),
+    ("parquet-missing-column", lambda d: _parquet(d, {"x0": [1.0]}), False, "no column 'x1'"),
+    (
+        "not-parquet",
+        lambda d: _csv(d, "x0,x1,x2,x3\n1,2,3,4\n", "new.pq"),
+        False,
+        "new.pq: not a readable Parquet file",
+    ),
+    (
         "text-target",
         lambda d: _csv(d, "x0,x1,x2,x3,target\n1,2,3,4,high\n"),
         True,
         "target 'target' is not a number",
+    ),
+    (
+        "parquet-text-target",
+        lambda d: _parquet(d, _rows(target=["1.5", "high", "2", "3"])),
+        True,
+        "row 2: target 'target' is not a number: 'high'",
     ),
 ]

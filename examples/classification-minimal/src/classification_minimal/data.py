@@ -1,6 +1,7 @@
-"""Data: built-in synthetic data or a CSV file, a seeded split, and batches of in-memory tensors."""
+"""Data: synthetic or a CSV or Parquet file, a seeded split, and batches of in-memory tensors."""
 
 import collections
+import contextlib
 import csv
 import os
 import stat
@@ -10,7 +11,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import torch
+from pyarrow import csv as arrow_csv
+from pyarrow import parquet
 
 from .interface import UnknownLabel
 from .task import Task, empty_targets, make_synthetic, parse_target
@@ -22,8 +27,8 @@ class DataError(ValueError):
 
 # The data settings that train.py also takes as flags: name -> (metavar, help).
 DATA_FLAGS = {
-    "data": ("CSV", "CSV file (default: synthetic data)"),
-    "target": ("NAME", "CSV column to predict (default: target)"),
+    "data": ("FILE", "CSV or Parquet (.parquet, .pq) file (default: synthetic data)"),
+    "target": ("NAME", "column to predict (default: target)"),
 }
 
 
@@ -31,8 +36,8 @@ DATA_FLAGS = {
 class DataSettings:
     """Where the data comes from and how it is split; Config inherits these settings."""
 
-    data: str | None = None  # CSV file with a header row; None: built-in synthetic data
-    target: str = "target"  # name of the CSV column to predict; all others are features
+    data: str | None = None  # CSV file with a header row or Parquet file; None: synthetic data
+    target: str = "target"  # name of the column to predict; all others are features
     val_fraction: float = 0.2  # share of the samples held out for validation
     n_samples: int = 2048  # synthetic data: number of samples
     n_features: int = 16  # synthetic data: number of features
@@ -84,14 +89,42 @@ class Data:
 # Limits that turn an endless or mistaken input into an error instead of a full memory.
 MAX_LINE_CHARS = 1 << 20  # one physical line: 10,000 columns of 100 characters still fit
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # features are stored as float32
+PARQUET_SUFFIXES = (".parquet", ".pq")  # read as Parquet; any other file as CSV
 
 
-def read_csv(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, list[str]]:
-    """Numeric feature columns and the parsed target column of a CSV file with a header row.
+@dataclass
+class Table:
+    """What a file gave: its column names, the columns picked from it, and their values."""
 
-    The file is read as a stream, one line at a time, into compact float32 storage, so memory
-    grows with the number of cells rather than with Python objects.
-    """
+    path: str | Path
+    header: list[str]
+    columns: list[int]  # the feature columns, in the order of the matrix's columns
+    features: torch.Tensor  # float32, (rows, len(columns))
+    targets: Sequence  # one parsed target per row; empty when no target column was picked
+    lines: Sequence[int] | None = None  # CSV read by the csv module: the line each row starts on
+
+    def where(self, row: int) -> str:
+        """The place of a row (0: the first) for a message: file:line, or the file and row."""
+        if str(self.path).lower().endswith(PARQUET_SUFFIXES):
+            return f"{self.path}: row {row + 1}"
+        line = _line_of(self.path, row) if self.lines is None else self.lines[row]
+        return f"{self.path}:{line}"
+
+
+class _Recheck(Exception):
+    """A cell Arrow read that the csv module's row-by-row checks must name (or can read)."""
+
+
+class _BadTarget(Exception):
+    """The first target cell that does not parse: its row (0: the first) and the reason."""
+
+    def __init__(self, row: int, reason: str) -> None:
+        super().__init__(reason)
+        self.row = row
+
+
+def read_table(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, list[str]]:
+    """Numeric feature columns and the parsed target column of a CSV or Parquet file."""
     target = target.strip()  # as the column names are
 
     def every_other_column(header: list[str]) -> tuple[list[int], int]:
@@ -102,27 +135,28 @@ def read_csv(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, lis
         t = header.index(target)
         return [i for i in range(len(header)) if i != t], t
 
-    header, columns, features, targets, _ = _read_table(
-        path, every_other_column, "train on a sample of its rows"
-    )
-    return features, targets, [header[i] for i in columns]
+    table = _read_file(path, every_other_column, "train on a sample of its rows")
+    return table.features, table.targets, [table.header[i] for i in table.columns]
 
 
-def _read_table(path: str | Path, pick, too_big: str):
-    """The header, the columns pick(header) chose, then what _read_rows reads of them.
+def _read_file(path: str | Path, pick, too_big: str) -> Table:
+    """The columns pick(header) chose of a CSV or Parquet file (chosen by its extension).
 
     pick returns the feature columns and the target column (None: no target), or refuses.
     """
     _check_regular_file(path)
     try:
-        with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-            reader = csv.reader(_lines(f, path))
-            header = _read_header(reader, path)
-            columns, t = pick(header)
-            return header, columns, *_read_rows(reader, path, header, columns, t)
+        if str(path).lower().endswith(PARQUET_SUFFIXES):
+            return _read_parquet(path, pick)
+        return _read_csv(path, pick)
     except OSError as err:
-        raise DataError(f"cannot read {path}: {err.strerror}") from None
-    except MemoryError:
+        reason = err.strerror or str(err).splitlines()[0]  # Arrow's errors have no strerror
+        raise DataError(f"cannot read {path}: {reason}") from None
+    except MemoryError:  # also Arrow's
+        raise DataError(f"{path} does not fit in memory; {too_big}") from None
+    except RuntimeError as err:
+        if "allocate" not in str(err):  # torch's words for a failed allocation
+            raise
         raise DataError(f"{path} does not fit in memory; {too_big}") from None
 
 
@@ -135,9 +169,102 @@ def _check_regular_file(path: str | Path) -> None:
     except ValueError:  # a NUL character in the path
         raise DataError(f"cannot read {path!r}: not a valid path") from None
     if stat.S_ISDIR(mode):
-        raise DataError(f"{path} is a folder; data must be a CSV file")
+        raise DataError(f"{path} is a folder; data must be a CSV or Parquet file")
     if not stat.S_ISREG(mode):
         raise DataError(f"{path} is not a regular file (a device or pipe); save it to a CSV file")
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV: Arrow parses the file in C++, a block of rows at a time, straight into float32 columns.
+# A file it refuses, or with a cell our rules refuse, is read again by the csv module row by
+# row (as fast as before Arrow), which names the first bad cell by file:line:column, or reads
+# the cells Python reads and Arrow does not ('1_000', ' 2\n').
+
+
+def _read_csv(path: str | Path, pick) -> Table:
+    with _csv_records(path) as reader:
+        raw = _read_header(reader, path)  # checked here, so that Arrow's header is valid
+    header = [name.strip() for name in raw]
+    columns, t = pick(header)
+    try:
+        features, targets = _arrow_csv(path, raw, columns, t)
+        return Table(path, header, columns, features, targets)
+    except MemoryError:  # Arrow's too: the csv module would need more
+        raise
+    except (pa.ArrowException, _Recheck, _BadTarget):
+        pass
+    with _csv_records(path) as reader:
+        _read_header(reader, path)
+        return Table(path, header, columns, *_read_rows(reader, path, header, columns, t))
+
+
+def _arrow_csv(path: str | Path, raw: list[str], columns: list[int], t: int | None):
+    """The features and targets as Arrow reads them; _Recheck where our rules need a closer look.
+
+    Arrow streams the file a block of rows at a time into the matrix, so memory holds the
+    matrix and a few blocks, never a whole table beside it.
+    """
+    picked = [raw[i] for i in columns] + ([] if t is None else [raw[t]])
+    types = {raw[i]: pa.float32() for i in columns}
+    if t is not None:
+        types[raw[t]] = TARGET_TYPE
+    reader = arrow_csv.open_csv(
+        path,
+        # Arrow reads a few blocks ahead: small blocks keep that small. A row longer than a
+        # block is an error that sends the file to the csv module, so wide rows get more.
+        read_options=arrow_csv.ReadOptions(
+            block_size=min(max(1 << 18, 256 * len(raw)), MAX_LINE_CHARS)
+        ),
+        # A quoted cell may hold line breaks, as the csv module allows.
+        parse_options=arrow_csv.ParseOptions(newlines_in_values=True),
+        convert_options=arrow_csv.ConvertOptions(
+            column_types=types,
+            include_columns=picked,  # in this order; other columns are not converted
+            # An empty cell or 'NA' is an error here, not a missing value.
+            null_values=[],
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    # Each row takes a line or more: rows beyond the last filled are never touched, so their
+    # pages never take memory. (Lone \r line breaks can make more rows: the csv module reads
+    # such a file.)
+    features = torch.empty(_count_lines(path), len(columns))
+    matrix = features.numpy()
+    target_chunks = []
+    start = 0
+    for batch in reader:
+        end = start + batch.num_rows
+        if end > len(features):
+            raise _Recheck()
+        for j in range(len(columns)):
+            values = batch.column(j).to_numpy()
+            if not np.isfinite(values).all():  # nan, inf, or beyond float32 (1e39 reads as inf)
+                raise _Recheck()
+            matrix[start:end, j] = values
+        if t is not None:
+            target_chunks.append(batch.column(len(columns)))
+        start = end
+    if start == 0:
+        raise _Recheck()
+    targets = empty_targets() if t is None else _targets(pa.chunked_array(target_chunks))
+    return features[:start], targets
+
+
+def _count_lines(path: str | Path) -> int:
+    """The number of lines of a file, counted in large binary reads."""
+    lines = 1  # the last may have no line break
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            lines += block.count(b"\n")
+    return lines
+
+
+@contextlib.contextmanager
+def _csv_records(path: str | Path) -> Iterator:
+    """A csv.reader over the file's checked lines."""
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        yield csv.reader(_lines(f, path))
 
 
 def _lines(f: typing.TextIO, path: str | Path) -> Iterator[str]:
@@ -177,23 +304,27 @@ def _next_row(reader, path: str | Path) -> tuple[int, list[str] | None]:
 
 
 def _read_header(reader, path: str | Path) -> list[str]:
+    """The header row as written; its names, stripped, must be there and all different."""
     _, row = _next_row(reader, path)
     if row is None:
         raise DataError(f"{path} is empty; it needs a header row and at least one data row")
     if not row:
         raise DataError(f"{path}:1: the first line must be the header row with the column names")
-    header = [name.strip() for name in row]
+    _check_names([name.strip() for name in row], f"{path}:1")
+    return row
+
+
+def _check_names(header: list[str], place: str) -> None:
     for column, name in enumerate(header, start=1):
         if not name:
-            raise DataError(f"{path}:1: column {column} has no name; name every column")
+            raise DataError(f"{place}: column {column} has no name; name every column")
     counts = collections.Counter(header)
     duplicates = [name for name, count in counts.items() if count > 1]
     if duplicates:
         raise DataError(
-            f"{path}:1: duplicate column names: {', '.join(duplicates)}; "
+            f"{place}: duplicate column names: {', '.join(duplicates)}; "
             "every column needs its own name"
         )
-    return header
 
 
 def _read_rows(
@@ -241,11 +372,127 @@ def _read_rows(
     return matrix, targets, lines
 
 
+def _line_of(path: str | Path, row: int) -> int:
+    """The line a data row (0: the first) starts on; read again only for a message."""
+    with _csv_records(path) as reader:
+        _next_row(reader, path)  # the header
+        while True:
+            line, record = _next_row(reader, path)
+            if record is None or (record and row == 0):
+                return line
+            row -= bool(record)  # blank lines are no rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet: typed columns, read a column of a row group at a time into the feature matrix. A
+# row is named by its number (1: the first), as Parquet files have no lines.
+
+
+def _read_parquet(path: str | Path, pick) -> Table:
+    with open(path, "rb") as f:  # opened here, so that the OS's own words name a failure
+        try:
+            return _read_row_groups(parquet.ParquetFile(f), path, pick)
+        except MemoryError:  # Arrow's too
+            raise
+        except (pa.ArrowException, OSError) as err:  # not Parquet, or damaged
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            reason = "".join(c if c.isprintable() else "?" for c in reason)  # one plain line
+            raise DataError(
+                f"{path}: not a readable Parquet file ({reason}); "
+                "write it again (pandas: df.to_parquet), or name a CSV file .csv"
+            ) from None
+
+
+def _read_row_groups(file: parquet.ParquetFile, path: str | Path, pick) -> Table:
+    """The picked columns of an open Parquet file, checked as they are copied."""
+    schema = file.schema_arrow
+    # pandas stores a named index as a column: it numbers the rows and is no feature.
+    index = (schema.pandas_metadata or {}).get("index_columns", [])
+    header = [name for name in schema.names if name not in index]
+    _check_names(header, str(path))
+    columns, t = pick(header)
+    for i in columns:
+        kind = schema.field(header[i]).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            raise DataError(
+                f"{path}: column '{header[i]}' holds {kind} values, not numbers; every feature "
+                "needs a number (encode text columns as numbers, or drop them)"
+            )
+    rows = file.metadata.num_rows
+    if rows == 0:
+        raise DataError(f"{path}: needs at least one row")
+    features = torch.empty(rows, len(columns))
+    matrix = features.numpy()
+    target_chunks = []
+    start = 0
+    # A column of a row group at a time: memory holds the matrix and one such column.
+    for group in range(file.num_row_groups):
+        end = start + file.metadata.row_group(group).num_rows
+        for j, i in enumerate(columns):
+            column = file.read_row_group(group, columns=[header[i]]).column(0)
+            matrix[start:end, j] = _checked(column, path, start, header[i])
+        if t is not None:
+            target_chunks += file.read_row_group(group, columns=[header[t]]).column(0).chunks
+        start = end
+    if t is None:
+        return Table(path, header, columns, features, empty_targets())
+    try:
+        targets = _targets(pa.chunked_array(target_chunks, type=schema.field(header[t]).type))
+    except _BadTarget as err:
+        raise DataError(f"{path}: row {err.row + 1}: target '{header[t]}' {err}") from None
+    return Table(path, header, columns, features, targets)
+
+
+def _checked(column: pa.ChunkedArray, path: str | Path, start: int, name: str) -> np.ndarray:
+    """A numeric column's values; an empty cell or one no finite float32 holds is refused."""
+    if column.null_count:
+        row = start + int(column.is_null().to_numpy(zero_copy_only=False).argmax())
+        raise DataError(
+            f"{path}: row {row + 1}: column '{name}' is empty; every feature needs a number"
+        )
+    values = column.to_numpy()
+    fits = np.abs(values) <= FLOAT32_MAX  # also false for nan
+    if not fits.all():
+        row = int(fits.argmin())
+        raise DataError(
+            f"{path}: row {start + row + 1}: column '{name}' is {values[row].item()!r}, not a "
+            "finite float32 number (at most 3.4e38); fix or drop the row"
+        )
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# The target column, as Arrow gives it from either file type.
+
+TARGET_TYPE = pa.string()  # CSV target cells are read as this: labels may be text
+
+
+def _targets(column: pa.ChunkedArray) -> Sequence:
+    """Class labels: each distinct cell parsed once, as a label column repeats few values."""
+    encoded = column.cast(pa.string()).fill_null("").combine_chunks().dictionary_encode()
+    try:
+        labels = [parse_target(text) for text in encoded.dictionary.to_pylist()]
+    except ValueError:  # the row-by-row parse names the first bad cell
+        return _parse_each(column)
+    return [labels[i] for i in encoded.indices.to_numpy().tolist()]
+
+
+def _parse_each(column: pa.ChunkedArray) -> list:
+    """parse_target on each cell in order, for the first bad one's row (or cells only it reads)."""
+    parsed = []
+    for row, value in enumerate(column.to_pylist()):
+        try:
+            parsed.append(parse_target("" if value is None else str(value)))
+        except ValueError as err:
+            raise _BadTarget(row, str(err)) from None
+    return parsed
+
+
 def load_data(cfg) -> Data:
     """The data of a run: read or made, split, and standardised with training statistics only."""
     generator = torch.Generator().manual_seed(cfg.seed)  # split and synthetic data follow the seed
     if cfg.data:
-        features, raw_targets, names = read_csv(cfg.data, cfg.target)
+        features, raw_targets, names = read_table(cfg.data, cfg.target)
     else:
         features, raw_targets = make_synthetic(cfg, generator)
         names = [f"x{i}" for i in range(features.shape[1])]
@@ -282,7 +529,7 @@ def load_data(cfg) -> Data:
 
 
 class NewData:
-    """CSV files the model has not seen, standardised with its training run's statistics."""
+    """CSV or Parquet files the model has not seen, standardised with its training statistics."""
 
     def __init__(self, state: dict, cfg) -> None:
         self.feature_names = list(state["feature_names"])
@@ -291,7 +538,7 @@ class NewData:
         self.input_shape = (len(self.feature_names),)
 
     def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
-        """The rows of a CSV file; ids are row numbers (1: the first row after the header).
+        """The rows of a CSV or Parquet file; ids are row numbers (1: the first data row).
 
         Feature columns are found by name, in any order; other columns are ignored, and so is
         the target column unless labelled. A missing feature column is refused: filling it in
@@ -314,21 +561,22 @@ class NewData:
             columns = [header.index(name) for name in self.feature_names]
             return columns, header.index(self.target) if labelled else None
 
-        _, _, features, labels, lines = _read_table(path, training_columns, "split it into parts")
-        targets = torch.arange(len(lines))  # unlabelled: each row's position (interface.py)
+        table = _read_file(path, training_columns, "split it into parts")
+        features, rows = table.features, len(table.features)
+        targets = torch.arange(rows)  # unlabelled: each row's position (interface.py)
         if labelled:
             try:
-                targets = task.encode_labels(list(labels))
+                targets = task.encode_labels(list(table.targets))
             except UnknownLabel as err:
-                raise DataError(f"{path}:{lines[err.index]}: {err}") from None
+                raise DataError(f"{table.where(err.index)}: {err}") from None
         features.sub_(self.mean).div_(self.std)  # the training statistics, as in training
         far = (~features.isfinite().all(dim=1)).nonzero()
         if len(far):  # e.g. 3e38 where training saw values near 1: inf once standardised
             raise DataError(
-                f"{path}:{lines[int(far[0])]}: a feature is too far outside the training data "
+                f"{table.where(int(far[0]))}: a feature is too far outside the training data "
                 "to standardise in float32; check the row"
             )
-        return [str(row) for row in range(1, len(lines) + 1)], Split(features, targets)
+        return [str(row) for row in range(1, rows + 1)], Split(features, targets)
 
 
 class Batches:

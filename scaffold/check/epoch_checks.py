@@ -1,0 +1,523 @@
+"""The checks across steps and epochs: schedulers (R7, R8), train/eval modes and no_grad
+(R9, R10), per-batch means (R12)."""
+
+import ast
+
+from scaffold.check.flow import (
+    BACKWARD,
+    COMPREHENSIONS,
+    EPOCH_SCHEDULERS,
+    EVAL_MODE,
+    EVALUATE,
+    LOOPS,
+    PASS,
+    PLATEAU,
+    SCHED_STEP,
+    SCHEDULERS,
+    STEP,
+    TRAIN_MODE,
+    Ctx,
+    Module,
+    dotted,
+    last_name,
+    loss_of,
+)
+
+# Names of functions that evaluate a model; `test_*` is left out: those are pytest's.
+EVAL_NAMES = ("validat", "evaluat", "eval", "val_", "valid_")
+EVAL_EXACT = {"test", "test_epoch", "test_loop", "run_test", "val", "valid", "validation"}
+EVAL_ENDINGS = ("_eval", "_evaluate", "_evaluation", "_validation", "_validate", "_val", "_test")
+
+
+def epoch_scheduler_per_batch(module: Module):
+    """R7: an epoch scheduler stepped once per batch."""
+    for unit in module.steps():
+        name = getattr(unit.function, "name", "").lower()
+        per_batch = unit.in_epoch_loop or "epoch" in name
+        if unit.node is unit.function:  # a function that is itself one step, e.g. train_step
+            per_batch = per_batch or "step" in name or "batch" in name
+        if not per_batch:
+            continue
+        for path in unit.paths:
+            for event in path.events:
+                if event.kind == SCHED_STEP and _epoch_scheduler(module, event.key):
+                    yield event.node, "SCF701"
+
+
+def _epoch_scheduler(module: Module, key: str | None) -> bool:
+    calls = _scheduler_calls(module, key)
+    return bool(calls) and all(
+        last_name(c) in EPOCH_SCHEDULERS and not _counts_steps(c) for c in calls
+    )
+
+
+def _step_scheduler(module: Module, key: str | None) -> bool:
+    """Whether a scheduler's length is counted in optimizer steps (OneCycleLR, or a cosine
+    schedule of len(loader) * epochs)."""
+    calls = _scheduler_calls(module, key)
+    return bool(calls) and all(
+        last_name(c) in ("OneCycleLR", "CyclicLR") or _counts_steps(c) for c in calls
+    )
+
+
+def _scheduler_calls(module: Module, key: str | None) -> list:
+    """The scheduler constructors behind a name: direct, or in the builder that returns it."""
+    found = []
+    for call in module.constructors.get(key or "", ()):
+        if last_name(call) in SCHEDULERS:
+            found.append(call)
+            continue
+        helper = module.resolve(call, Ctx(module.enclosing_function(call)))
+        if helper is None:
+            return []  # built somewhere this file cannot see: unknown
+        built = [
+            n for n in ast.walk(helper) if isinstance(n, ast.Call) and last_name(n) in SCHEDULERS
+        ]
+        if not built:
+            return []
+        found += built
+    return found
+
+
+def _counts_steps(call: ast.Call) -> bool:
+    """Whether a scheduler's length argument is counted in steps: len(loader), total_steps..."""
+    length = call.args[1] if len(call.args) > 1 else None
+    for keyword in call.keywords:
+        if keyword.arg in ("T_max", "step_size", "milestones", "total_iters", "T_0"):
+            length = keyword.value
+    if length is None:
+        return False
+    for node in ast.walk(length):
+        if isinstance(node, ast.Call) and last_name(node) == "len":
+            return True
+        name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+        if any(word in name for word in ("steps", "iter", "batch")):
+            return True
+    return False
+
+
+def plateau_without_metric(module: Module):
+    """R8: ReduceLROnPlateau.step() with nothing to monitor."""
+    for node in module.nodes:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "step"
+            and not node.args
+            and not node.keywords
+            and module.classes.get(dotted(node.func.value) or "") == {PLATEAU}
+        ):
+            yield node, "SCF801"
+
+
+def eval_mode_left_on(module: Module):
+    """R9: model.eval() in the epoch loop, still on at the next training pass."""
+    for loop, paths in module.loops_paths.items():
+        if module.unit(loop) is not None:
+            continue
+        paths = [p.events for p in paths]
+        if not any(e.kind == PASS for events in paths for e in events):
+            continue
+        for first in paths:
+            for second in paths:  # two epochs: the eval of one meets the training of the next
+                mode = {}
+                for event in first + second:
+                    if event.kind == EVAL_MODE and event.key:
+                        mode[event.key] = event
+                    elif event.kind == TRAIN_MODE and event.key:
+                        mode[event.key] = None
+                    elif event.kind == PASS:
+                        for key, evaluated in mode.items():
+                            if evaluated and key in event.keys and key not in event.trains:
+                                yield evaluated.node, "SCF901"
+
+
+def evaluation_with_grad(module: Module):
+    """R10: an evaluation loop that builds an autograd graph."""
+    candidates = []
+    loops = dict(module.loops_paths)
+    for node in module.nodes:  # [model(x) for x in loader] is a loop as well
+        if isinstance(node, COMPREHENSIONS) and node not in module.hot:
+            loops[node] = []
+    for loop, paths in loops.items():
+        kinds = {e.kind for p in paths for e in p.events}
+        if kinds & {BACKWARD, STEP, PASS}:
+            continue
+        function = module.enclosing_function(loop)
+        if _evaluates(module, loop, function) and not _grad_free(module, loop, function):
+            candidates.append(loop)
+    for loop in candidates:
+        outer = module.parents.get(loop)
+        while outer is not None and outer not in candidates:
+            outer = module.parents.get(outer)
+        if outer is None:  # the outermost of nested evaluation loops
+            yield loop, "SCF1001"
+
+
+NOT_HELPERS = {"getattr", "hasattr", "setattr", "isinstance", "type", "id", "print", "repr", "str"}
+
+
+def _evaluates(module: Module, loop, function) -> bool:
+    name = getattr(function, "name", "").lower().lstrip("_")
+    if name.startswith("test_"):
+        return False  # a pytest test: its graphs live as long as the test, no longer
+    if _over_constants(loop):
+        return False  # for flag in [True, False]: a few calls, not an evaluation over data
+    named = name.startswith(EVAL_NAMES) or name in EVAL_EXACT or name.endswith(EVAL_ENDINGS)
+    scope = function if function is not None else module.tree
+    modes = sorted(
+        (node.lineno, node.func.attr, dotted(node.func.value))
+        for node in module.project.nodes_of(scope)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("eval", "train")
+        and node.lineno < loop.lineno
+    )
+    evaluated = set()
+    for _, attr, key in modes:  # in source order: the mode the model is in at the loop
+        if attr == "eval":
+            evaluated.add(key)
+        else:
+            evaluated.discard(key)
+    if not named and not evaluated:
+        return False
+    for node in module.project.nodes_of(loop):
+        if not isinstance(node, ast.Call):
+            continue
+        if last_name(node) in NOT_HELPERS:
+            continue  # getattr(model, name), isinstance(model, ...): nothing runs the model
+        # The model called, or handed to a helper that calls it: compute_loss(model, batch).
+        for key in [dotted(node.func)] + [dotted(arg) for arg in node.args]:
+            last = (key or "").rsplit(".", 1)[-1].lower()
+            if key in evaluated or "model" in last or "net" in last or last == "forward":
+                return True
+    return False
+
+
+def _over_constants(loop) -> bool:
+    """A loop over a literal list or tuple of constants: `for debug in (True, False)`."""
+    container = getattr(loop, "iter", None)
+    return isinstance(container, ast.List | ast.Tuple | ast.Set) and all(
+        isinstance(e, ast.Constant) for e in container.elts
+    )
+
+
+def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:
+    """Whether no graph is built at `loop`: under no_grad there, or wherever it is called."""
+    node = loop
+    while node is not None:
+        if isinstance(node, ast.With | ast.AsyncWith) and _no_grad_with(node):
+            return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if any(_no_grad_call(d) for d in node.decorator_list):
+                return True
+        node = module.parents.get(node)
+    scope = function if function is not None else module.tree
+    for inner in module.project.nodes_of(loop):
+        if isinstance(inner, ast.With | ast.AsyncWith) and _no_grad_with(inner):
+            return True
+    for inner in module.project.nodes_of(scope):
+        if isinstance(inner, ast.Call) and inner.lineno < loop.lineno and _no_grad_call(inner):
+            return True  # torch.set_grad_enabled(False) earlier in the function
+    if function is None or not callers:
+        return False
+    calls = module.project.callers(function)
+    return bool(calls) and all(
+        _grad_free(home, call, home.enclosing_function(call), callers=False) for call, home in calls
+    )
+
+
+def _no_grad_with(node) -> bool:
+    return any(_no_grad_call(item.context_expr) for item in node.items)
+
+
+def _no_grad_call(node) -> bool:
+    name = last_name(node)
+    if name in ("no_grad", "inference_mode"):
+        return True
+    if name == "set_grad_enabled" and isinstance(node, ast.Call) and node.args:
+        flag = node.args[0]
+        return isinstance(flag, ast.Constant) and flag.value is False
+    return False
+
+
+def schedulers_in_epoch_loops(module: Module):
+    """R7 in an epoch loop: an epoch scheduler stepped in a loop nested in it, in the batch loop
+    of a helper in another file, or before the epoch's training pass; a per-step schedule
+    stepped once per epoch."""
+    for loop, paths in module.loops_paths.items():
+        if module.unit(loop) is not None or not has_training_pass(paths):
+            continue
+        for path in paths:
+            trained = False
+            for event in path.events:
+                if event.kind == PASS:
+                    trained = True
+                    for inner in event.inner:
+                        if inner.kind == SCHED_STEP and _epoch_scheduler(module, inner.key):
+                            yield inner.node, "SCF701"
+                    continue
+                if event.kind != SCHED_STEP:
+                    continue
+                nested = _in_inner_loop(module, event.node, loop)
+                if _epoch_scheduler(module, event.key):
+                    if nested:
+                        yield event.node, "SCF701"
+                    elif not trained and not _conditional(module, event.node, loop):
+                        yield event.node, "SCF702"
+                elif _step_scheduler(module, event.key) and not nested:
+                    yield event.node, "SCF703"
+
+
+def has_training_pass(paths) -> bool:
+    return any(e.kind == PASS for p in paths for e in p.events)
+
+
+def _in_inner_loop(module: Module, node, loop) -> bool:
+    """Whether a node runs in a loop nested in `loop` (up to its own function)."""
+    node = module.parents.get(node)
+    while node is not None and node is not loop:
+        if isinstance(node, LOOPS + COMPREHENSIONS):
+            return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+        node = module.parents.get(node)
+    return False
+
+
+def _conditional(module: Module, node, loop) -> bool:
+    """Whether a node sits under an `if` inside `loop` (or inside a helper)."""
+    node = module.parents.get(node)
+    while node is not None and node is not loop:
+        if isinstance(node, ast.If | ast.FunctionDef | ast.AsyncFunctionDef):
+            return True
+        node = module.parents.get(node)
+    return False
+
+
+LOSS_WORDS = ("loss", "mse", "mae", "rmse", "error", "perplexity", "ppl", "nll")
+SCORE_WORDS = ("acc", "f1", "auc", "precision", "recall", "score", "iou", "dice", "bleu", "r2")
+
+
+def plateau_metric(module: Module):
+    """R8: ReduceLROnPlateau fed a training value, or a mode that does not fit its metric."""
+    for node in module.nodes:
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "step"
+            and (node.args or node.keywords)
+        ):
+            continue
+        key = dotted(node.func.value)
+        calls = _scheduler_calls(module, key)
+        if not calls or any(last_name(c) != PLATEAU for c in calls):
+            continue
+        value = node.args[0] if node.args else node.keywords[0].value
+        words = _words(value)
+        if any("train" in w for w in words) or _is_backward_loss(module, value, node):
+            yield node, "SCF802"
+            continue
+        modes = {_plateau_mode(c) for c in calls}
+        is_loss = any(w.startswith(LOSS_WORDS) or w.endswith(LOSS_WORDS) for w in words)
+        is_score = any(any(s in w for s in SCORE_WORDS) for w in words)
+        if is_loss != is_score and len(modes) == 1:
+            mode = modes.pop()
+            if (mode == "max" and is_loss) or (mode == "min" and is_score):
+                yield node, "SCF803"
+
+
+def _words(node) -> set:
+    """The lower-case names, attributes and string keys an expression reads."""
+    words = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            words.add(n.id.lower())
+        elif isinstance(n, ast.Attribute):
+            words.add(n.attr.lower())
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            words.add(n.value.lower())
+    return words
+
+
+def _plateau_mode(call: ast.Call) -> str | None:
+    """min (the default), max, or None when the mode is not a constant."""
+    for keyword in call.keywords:
+        if keyword.arg == "mode":
+            value = keyword.value
+            return value.value if isinstance(value, ast.Constant) else None
+    if call.args and len(call.args) > 1:
+        value = call.args[1]
+        return value.value if isinstance(value, ast.Constant) else None
+    return "min"
+
+
+def _is_backward_loss(module: Module, value, call) -> bool:
+    """Whether `value` is the tensor a backward() of the same function ran from."""
+    key = dotted(value)
+    scope = module.enclosing_function(call) or module.tree
+    return key is not None and any(
+        isinstance(n, ast.Call)
+        and last_name(n) in ("backward", "manual_backward")
+        and dotted(loss_of(n)) == key
+        for n in module.project.nodes_of(scope)
+    )
+
+
+def evaluation_in_training_mode(module: Module):
+    """R10: an evaluation loop run, in an epoch loop or between steps, with the model still in
+    training mode."""
+    models = _model_names(module.project)
+    for loop, paths in module.loops_paths.items():
+        unit = module.unit(loop)
+        if unit is None and not has_training_pass(paths):
+            continue
+        # A step loop trains what it calls; an epoch loop's passes train what they call.
+        start = {}
+        if unit is not None:
+            function = module.enclosing_function(loop)
+            start = dict.fromkeys(module._called(loop, Ctx(function, (), (), module)), "train")
+        for first in paths:
+            for second in paths:  # the evaluation of one epoch meets the modes of the next
+                mode = dict(start)
+                for event in first.events + second.events:
+                    if event.kind == TRAIN_MODE and event.key:
+                        mode[event.key] = "train"
+                    elif event.kind == EVAL_MODE and event.key:
+                        mode[event.key] = "eval"
+                    elif event.kind == PASS:
+                        for key in event.called:  # a module is in training mode unless set
+                            if _is_model(key, models):
+                                mode.setdefault(key, "train")
+                    elif event.kind == EVALUATE:
+                        trained = [
+                            k
+                            for k in event.called
+                            if mode.get(k) == "train" and _is_model(k, models)
+                        ]
+                        if trained and _evaluation_loop(module, event.node):
+                            yield event.node, "SCF1002"
+
+
+def _model_names(project) -> set:
+    """The last names of what is put in train/eval mode or asked for its parameters."""
+    if not hasattr(project, "model_names"):
+        project.model_names = {
+            (dotted(n.func.value) or "").rsplit(".", 1)[-1]
+            for m in project.modules
+            for n in m.nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("train", "eval", "parameters", "named_parameters")
+        } - {""}
+    return project.model_names
+
+
+def _is_model(key: str, models: set) -> bool:
+    """A module: put in train/eval mode or asked for its parameters somewhere in the checked
+    files, or named like one (model, self.model, base_model, net); not model_inputs()."""
+    last = key.rsplit(".", 1)[-1]
+    return last in models or last.lower().endswith(("model", "net"))
+
+
+def _evaluation_loop(module: Module, loop) -> bool:
+    home = module.project.module_at(loop)
+    function = home.enclosing_function(loop)
+    return _grad_free(home, loop, function) or _evaluates(home, loop, function)
+
+
+def per_batch_mean(module: Module):
+    """R12: an epoch mean divided by the number of batches, or a mean of per-batch values."""
+    models = _model_names(module.project)
+    for scope in [module.tree, *module.function_nodes]:
+        sums, lists, aliases = set(), set(), {}
+        iterables = set()
+        for loop in module.project.nodes_of(scope):
+            if not isinstance(loop, ast.For | ast.AsyncFor) or not _batch_loop(
+                module, loop, models
+            ):
+                continue
+            iterables.add(dotted(_iterable(loop.iter)))
+            for node in module.project.nodes_of(loop):
+                if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+                    sums.add(dotted(node.target))
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "append"
+                    and any(w.startswith(LOSS_WORDS) for a in node.args for w in _words(a))
+                ):
+                    lists.add(dotted(node.func.value))
+        sums.discard(None), lists.discard(None), iterables.discard(None)
+        if not (sums or lists):
+            continue
+        for node in module.project.nodes_of(scope):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                stacked = {dotted(a) for c in ast.walk(node.value) if isinstance(c, ast.Call)
+                           for a in c.args} & lists  # fmt: skip
+                if stacked and isinstance(node.targets[0], ast.Name):
+                    aliases[node.targets[0].id] = stacked
+        held = lists | set(aliases)
+        for node in module.project.nodes_of(scope):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                counted = _len_of(node.right)
+                left = dotted(node.left) or dotted(_inner(node.left))
+                if counted in iterables and left in sums:
+                    yield node, "SCF1201"
+                elif counted in held and last_name(node.left) == "sum":
+                    yield node, "SCF1201"
+            elif isinstance(node, ast.Call) and last_name(node) == "mean":
+                func = node.func
+                target = dotted(func.value) if isinstance(func, ast.Attribute) else None
+                args = {dotted(a) for a in node.args} | {
+                    dotted(a) for c in node.args if isinstance(c, ast.Call) for a in c.args
+                }
+                owner = _inner(func.value) if isinstance(func, ast.Attribute) else None
+                if target in held or args & held or dotted(owner) in held:
+                    yield node, "SCF1201"
+
+
+def _batch_loop(module: Module, loop, models: set) -> bool:
+    """A loop over batches: a training step, or one that calls the model."""
+    if module.unit(loop) is not None:
+        return True
+    return any(
+        isinstance(n, ast.Call) and _is_model(dotted(n.func) or "", models | {"net"})
+        for n in module.project.nodes_of(loop)
+    )
+
+
+def _iterable(node):
+    """The loader in `enumerate(tqdm(loader))`."""
+    while (
+        isinstance(node, ast.Call)
+        and last_name(node) in ("enumerate", "tqdm", "iter")
+        and node.args
+    ):
+        node = node.args[0]
+    return node
+
+
+def _len_of(node) -> str | None:
+    if isinstance(node, ast.Call) and last_name(node) == "len" and node.args:
+        return dotted(node.args[0])
+    return None
+
+
+def _inner(node):
+    """`torch.stack(losses)` -> losses; `x.item()` -> x."""
+    while isinstance(node, ast.Call):
+        if node.args and isinstance(node.func, ast.Attribute) and not dotted(node.func.value):
+            node = node.args[0]
+        elif isinstance(node.func, ast.Attribute) and dotted(node.func.value) in (
+            "torch",
+            "np",
+            "numpy",
+        ):
+            node = node.args[0] if node.args else node
+            break
+        elif isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        else:
+            break
+    return node

@@ -1,0 +1,127 @@
+"""The checks of a run's setup: DistributedSampler.set_epoch (R15), torch.load (C3),
+seeding (S1, S2)."""
+
+import ast
+
+from scaffold.check.epoch_checks import has_training_pass
+from scaffold.check.flow import (
+    BUILD,
+    PASS,
+    SEED,
+    STEP,
+    Ctx,
+    Module,
+    dotted,
+    last_name,
+)
+
+
+def unsafe_load(module: Module):
+    """C3: torch.load without weights_only=True."""
+    from_torch = {
+        alias.asname or alias.name
+        for node in module.nodes
+        if isinstance(node, ast.ImportFrom) and node.module == "torch"
+        for alias in node.names
+        if alias.name == "load"
+    }
+    for node in module.nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        name = dotted(node.func)
+        if name != "torch.load" and name not in from_torch:
+            continue
+        keywords = {k.arg: k.value for k in node.keywords}
+        if None in keywords:  # **kwargs: it may well be there
+            continue
+        # Only a missing flag: weights_only=False written out is a decision, as in TorchFix.
+        if "weights_only" not in keywords:
+            yield node, "SCF2301"
+
+
+def sampler_without_set_epoch(module: Module):
+    """R15: a shuffling DistributedSampler, and set_epoch() called nowhere."""
+    project = module.project
+    if not hasattr(project, "sets_epoch"):
+        project.sets_epoch = any(
+            isinstance(n, ast.Call) and last_name(n) == "set_epoch"
+            for m in project.modules
+            for n in m.nodes
+        )
+    if project.sets_epoch:
+        return
+    for node in module.nodes:
+        if isinstance(node, ast.Call) and last_name(node) == "DistributedSampler":
+            shuffle = next((k.value for k in node.keywords if k.arg == "shuffle"), None)
+            if isinstance(shuffle, ast.Constant) and shuffle.value is False:
+                continue
+            yield node, "SCF1501"
+
+
+def nothing_seeded(module: Module):
+    """S1: an optimizer built, then trained, with no seed set before it in any caller."""
+    scopes = {module.enclosing_function(loop) for loop, paths in module.loops_paths.items()
+              if has_training_pass(paths) or module.unit(loop) is not None}  # fmt: skip
+    scopes |= {unit.function for unit in module.function_units}
+    # A trainer class builds its optimizer in __init__ and trains in another method.
+    inits = {
+        module.methods[module.owner[s]].get("__init__")
+        for s in scopes
+        if s is not None and module.owner.get(module.method_of(s)) is not None
+        for s in [module.method_of(s)]
+    } - {None}
+    for scope in scopes | inits:
+        body = scope.body if scope is not None else module.tree.body
+        for path in module.body_paths(body, Ctx(scope, (), (scope,), module)):
+            kinds = [e.kind for e in path.events]
+            if BUILD not in kinds:
+                continue
+            built = kinds.index(BUILD)
+            if SEED in kinds[:built]:
+                continue
+            if scope not in inits and not {PASS, STEP} & set(kinds[built:]):
+                continue
+            if scope is not None and _callers_seed(module.project, scope):
+                continue
+            yield path.events[built].node, "SCF3101"
+            break
+
+
+def _callers_seed(project, function, depth: int = 0) -> bool:
+    """Whether every call of `function` comes after a seed in its caller, or its caller's."""
+    calls = project.callers(function)
+    if not calls or depth > 4:
+        return False
+    for call, home in calls:
+        scope = home.enclosing_function(call)
+        # What the caller runs before the call: the statements that end before it, at any
+        # depth (a seed under `if __name__ == "__main__":`), outermost first.
+        earlier = {
+            n
+            for n in home.project.nodes_of(scope if scope is not None else home.tree)
+            if isinstance(n, ast.stmt) and n.end_lineno < call.lineno
+        }
+        before = [n for n in earlier if home.parents.get(n) not in earlier]
+        before.sort(key=lambda n: n.lineno)
+        seeded = any(
+            event.kind == SEED
+            for path in home.body_paths(before, Ctx(scope, (), (scope,), home))
+            for event in path.events
+        )
+        if not seeded and not (scope is not None and _callers_seed(project, scope, depth + 1)):
+            return False
+    return True
+
+
+def workers_without_generator(module: Module):
+    """S2: a DataLoader with worker processes and no generator of its own."""
+    for node in module.nodes:
+        if not (isinstance(node, ast.Call) and last_name(node) == "DataLoader"):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords}
+        if None in keywords or "generator" in keywords:
+            continue
+        workers = keywords.get("num_workers")
+        if workers is None or (isinstance(workers, ast.Constant) and not workers.value):
+            continue
+        yield node, "SCF3201"

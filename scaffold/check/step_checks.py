@@ -1,0 +1,377 @@
+"""The checks of one training step: R1-R6 (order, moves, AMP), R11 (losses kept), R14."""
+
+import ast
+
+from scaffold.check.flow import (
+    BACKWARD,
+    CLIP,
+    COMPREHENSIONS,
+    LOOPS,
+    MOVES,
+    OPTIMIZERS,
+    PASS,
+    STEP,
+    UNSCALE,
+    UPDATE,
+    ZERO,
+    Ctx,
+    Module,
+    dotted,
+    last_name,
+    loss_of,
+)
+
+# Reading a tensor into Python, or cutting it from its graph, frees the graph (R11).
+SAFE_READS = {"item", "detach", "tolist", "numpy", "data"}
+SAFE_CALLS = {"float", "int", "bool", "str", "repr", "len", "round"}
+
+
+def step_order(module: Module):
+    """R2-R5: zero_grad, backward, unscale_, clipping and step in one training step."""
+    for unit in module.steps():
+        events = [e for path in unit.paths for e in path.events]
+        zeroed = {e.key for e in events if e.kind == ZERO}
+        for event in events:
+            if (
+                event.kind == STEP
+                and not _zeroed(module, event.key, zeroed)
+                and _repeats(module, unit)
+            ):
+                yield event.node, "SCF202"
+                break
+        if not any(e.kind == UPDATE for e in events):
+            for event in events:
+                if event.kind == STEP and event.scaled:
+                    yield event.node, "SCF504"
+                    break
+        for path in unit.paths:
+            yield from _path_order([e for e in path.events if e.kind != PASS])
+
+
+STEP_NAMES = ("step", "batch", "train", "update", "iter", "fit", "optimi")
+
+
+def _repeats(module: Module, unit) -> bool:
+    """Whether a step runs again and again: a loop, a function named like a training step, or
+    one called from a loop. A function that runs backward() and step() once (a gradient check
+    in a test) has no earlier gradients to clear."""
+    if unit.node is not unit.function:
+        return True
+    if any(word in unit.function.name.lower() for word in STEP_NAMES):
+        return True
+    return any(
+        isinstance(node, LOOPS + COMPREHENSIONS)
+        for call, home in module.project.callers(unit.function)
+        for node in _ancestors(home, call)
+    )
+
+
+def _ancestors(module: Module, node):
+    node = module.parents.get(node)
+    while node is not None:
+        yield node
+        node = module.parents.get(node)
+
+
+def _zeroed(module: Module, optimizer: str | None, zeroed: set) -> bool:
+    """Whether a step's gradients are cleared: by its optimizer, by the model it was built
+    from, or by a zero_grad whose owner this file cannot tell apart."""
+    if not zeroed:
+        return False
+    models = {
+        model
+        for call in module.constructors.get(optimizer or "", ())
+        for model in _optimizer_models(module, call)
+    }
+    if not models:
+        return True  # an optimizer built elsewhere: any zero_grad may be its own
+    known = set(module.constructors) | {
+        model for calls in module.constructors.values() for c in calls
+        for model in _optimizer_models(module, c)
+    }  # fmt: skip
+    return bool(zeroed & (models | {optimizer})) or bool(zeroed - known)
+
+
+def _path_order(events: list):
+    """R2-R5 along one path through a step. A misplaced zero_grad or step is reported once:
+    the clipping it leaves out of place is the same bug, not a second one."""
+
+    def last(kinds, before, skip=()):
+        found = (e for e in reversed(events[:before]) if e.kind in kinds and e not in skip)
+        return next(found, None)
+
+    def first(kinds, after, skip=()):
+        return next((e for e in events[after + 1 :] if e.kind in kinds and e not in skip), None)
+
+    def kind(event):
+        return event.kind if event is not None else None
+
+    misplaced = []  # zero_grads between backward and step, steps before backward
+    for i, event in enumerate(events):
+        if event.kind == ZERO:
+            if (
+                kind(last({BACKWARD, STEP}, i)) == BACKWARD
+                and kind(first({BACKWARD, STEP}, i)) == STEP
+            ):
+                misplaced.append(event)
+                yield event.node, "SCF201"
+        elif event.kind == STEP:
+            if not event.closure and last({BACKWARD}, i) is None and first({BACKWARD}, i):
+                misplaced.append(event)
+                yield event.node, "SCF301"
+            backward = last({BACKWARD}, i)
+            if not event.scaled and backward is not None and backward.scaled:
+                yield event.node, "SCF502"
+            if event.scaled and backward is not None and not backward.scaled:
+                yield event.node, "SCF503"
+    for i, event in enumerate(events):
+        if event.kind != CLIP:
+            continue
+        order = {BACKWARD, STEP, ZERO}
+        before = kind(last(order, i, misplaced))
+        after = kind(first(order, i, misplaced))
+        if any(e.kind == STEP and e in misplaced for e in events[:i]):
+            after = None  # a step moved before backward: the clip's window is that bug's
+        if (
+            before in (STEP, ZERO)
+            or (before is None and after in (BACKWARD, ZERO))
+            or (before == BACKWARD and after == ZERO)
+        ):
+            yield event.node, "SCF401"
+            continue
+        backward = last({BACKWARD}, i)
+        if backward is not None and backward.scaled:
+            start = events.index(backward)
+            if not any(e.kind == UNSCALE for e in events[start:i]):
+                yield event.node, "SCF501"
+
+
+def loss_tensor_kept(module: Module):
+    """R11: a loss tensor accumulated or kept in a list across steps."""
+    for unit in module.steps():
+        names = {e.key for p in unit.paths for e in p.events if e.kind == BACKWARD and e.key} - {
+            None
+        }
+        names = {name for name in names if "." not in name}
+        for node in module.project.nodes_of(unit.node):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in names
+                and node.targets[0].id
+                in {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+                and not _bare(node.value, names)
+            ):
+                names.discard(node.targets[0].id)  # loss = loss.item(): a number from here on
+        if not names:
+            continue
+        for node in module.project.nodes_of(unit.node):
+            if _keeps(node, names):
+                yield node, "SCF1101"
+
+
+def _keeps(node, names: set) -> bool:
+    if isinstance(node, ast.AugAssign):
+        return dotted(node.target) not in names and _bare(node.value, names)
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = dotted(node.targets[0])
+        if target in names or not isinstance(node.value, ast.BinOp):
+            return False
+        reads = {dotted(n) for n in ast.walk(node.value)}
+        return target in reads and _bare(node.value, names)  # total = total + loss
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("append", "extend", "insert")
+    ):
+        return any(_bare(arg, names) for arg in node.args)
+    return False
+
+
+def _bare(node, names: set) -> bool:
+    """Whether an expression holds one of the loss tensors themselves, graph and all."""
+    if isinstance(node, ast.Name):
+        return node.id in names
+    if isinstance(node, ast.Attribute) and node.attr in SAFE_READS:
+        return False
+    if isinstance(node, ast.Call) and last_name(node) in SAFE_READS | SAFE_CALLS:
+        return False
+    if isinstance(node, ast.JoinedStr):
+        return False
+    return any(_bare(child, names) for child in ast.iter_child_nodes(node))
+
+
+def optimizer_before_move(module: Module):
+    """R1: the model moved after an optimizer was built from its parameters."""
+    built = {}  # scope -> [(model key, optimizer key, line)]
+    for node in module.nodes:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            target = dotted(node.targets[0])
+            for model in _optimizer_models(module, node.value) if target else ():
+                scope = module.enclosing_function(node) or module.tree
+                built.setdefault(scope, []).append((model, target, node.lineno))
+    for scope, optimizers in built.items():
+        nodes = list(module.project.nodes_of(scope))
+        for node in nodes:
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MOVES
+            ):
+                continue
+            key = dotted(node.func.value)
+            for model, optimizer, line in optimizers:
+                if key and line < node.lineno and _related(key, model):
+                    # Only before the optimizer is used: moving a trained model to export it
+                    # is fine.
+                    later = (n for n in nodes if getattr(n, "lineno", 0) > node.lineno)
+                    if any(dotted(n) == optimizer for n in later):
+                        yield node, "SCF101"
+                        break
+
+
+def _optimizer_models(module: Module, call: ast.Call) -> set:
+    """The models whose parameters an optimizer is built from."""
+    classes = module.constructed(call)
+    helper = "optim" in (last_name(call) or "").lower()
+    if not (classes and classes <= OPTIMIZERS) and not helper:
+        return set()
+    models = set()
+    for node in ast.walk(call):
+        if isinstance(node, ast.Call) and last_name(node) in ("parameters", "named_parameters"):
+            if isinstance(node.func, ast.Attribute) and dotted(node.func.value):
+                models.add(dotted(node.func.value))
+    if helper and not models:  # build_optimizer(model, cfg)
+        models = {dotted(arg) for arg in call.args if dotted(arg)}
+    return models
+
+
+def _related(key: str, model: str) -> bool:
+    return key == model or key.startswith(model + ".") or model.startswith(key + ".")
+
+
+def autocast_around_update(module: Module):
+    """R6: backward() or the optimizer step inside an autocast block."""
+    for unit in module.steps():
+        for path in unit.paths:
+            for event in path.events:
+                if event.kind in (BACKWARD, STEP) and _under_autocast(module, event.node):
+                    yield event.node, "SCF601"
+
+
+def _under_autocast(module: Module, node) -> bool:
+    """Whether a node runs inside a `with ...autocast(...)` of its own function."""
+    node = module.parents.get(node)
+    while node is not None and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                call = item.context_expr
+                if last_name(call) == "autocast" and not _switched_off(call):
+                    return True
+        node = module.parents.get(node)
+    return False
+
+
+def _switched_off(call) -> bool:
+    return isinstance(call, ast.Call) and any(
+        k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+        for k in call.keywords
+    )
+
+
+def scaler_with_bf16(module: Module):
+    """R6: a GradScaler that stays on where autocast may run in bfloat16."""
+    for node in module.nodes:
+        if not (isinstance(node, ast.Call) and last_name(node) == "GradScaler"):
+            continue
+        enabled = next((k.value for k in node.keywords if k.arg == "enabled"), None)
+        if enabled is not None and not (
+            isinstance(enabled, ast.Constant) and enabled.value is True
+        ):
+            # A flag: on for float16 only, or a switch this file cannot read. Only a constant
+            # True, or no flag at all, is on whatever the dtype.
+            continue
+        scope = module.enclosing_function(node) or module.tree
+        if _may_use_bf16(module, scope):
+            yield node, "SCF602"
+
+
+def _may_use_bf16(module: Module, scope) -> bool:
+    """Whether bfloat16 is named in a scope, in a module constant it reads, or in a helper of
+    the checked files it calls."""
+    constants = {
+        target.id: node.value
+        for node in module.tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in module.project.nodes_of(scope):
+        if _names_bf16(node):
+            return True
+        if isinstance(node, ast.Name) and node.id in constants:
+            if any(map(_names_bf16, ast.walk(constants[node.id]))):
+                return True
+        if isinstance(node, ast.Call):
+            helper = module.resolve(node, Ctx(module.enclosing_function(node)))
+            if helper is not None and any(map(_names_bf16, ast.walk(helper))):
+                return True
+    return False
+
+
+def _names_bf16(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "bfloat16") or (
+        isinstance(node, ast.Constant) and node.value in ("bfloat16", "bf16")
+    )
+
+
+def accumulation_without_division(module: Module):
+    """R14: the optimizer steps every k-th batch and each batch's loss is not divided by k."""
+    for unit in module.steps():
+        events = [e for p in unit.paths for e in p.events]
+        steps = [e for e in events if e.kind == STEP]
+        if not steps or not all(_every_kth(module, e.node, unit.node) for e in steps):
+            continue
+        for event in events:
+            if event.kind == BACKWARD and not _divided(module, event, unit):
+                yield event.node, "SCF1401"
+
+
+def _every_kth(module: Module, node, stop) -> bool:
+    node = module.parents.get(node)
+    while node is not None and node is not stop:
+        if isinstance(node, ast.If) and any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node.test)
+        ):
+            return True
+        node = module.parents.get(node)
+    return False
+
+
+def _divided(module: Module, event, unit) -> bool:
+    """Whether the loss a backward() runs from is scaled: divided, or weighted."""
+    scaling = (ast.Div, ast.Mult)
+    call = event.node
+    for n in ast.walk(call):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, scaling):
+            return True
+    key = dotted(loss_of(call))
+    if key is None:
+        return True  # a loss this checker cannot follow
+    scope = module.enclosing_function(call) or module.tree
+    for n in module.project.nodes_of(scope):
+        if isinstance(n, ast.AugAssign) and dotted(n.target) == key:
+            if isinstance(n.op, scaling):
+                return True
+        elif isinstance(n, ast.Assign) and key in {dotted(t) for t in n.targets}:
+            for part in ast.walk(n.value):
+                if isinstance(part, ast.BinOp) and isinstance(part.op, scaling):
+                    return True
+                if isinstance(part, ast.Call):
+                    helper = module.resolve(part, Ctx(scope if scope is not module.tree else None))
+                    if helper is not None and any(
+                        isinstance(h, ast.BinOp) and isinstance(h.op, scaling)
+                        for h in ast.walk(helper)
+                    ):
+                        return True
+    return False

@@ -405,3 +405,10 @@ def test_zero_grad_moves_above_the_statement_that_holds_the_backward(project):
         "            model(x).sum().backward()\n"
         "        opt.step()"
     )
+
+
+def test_a_folder_without_python_files_warns_and_exits_0(tmp_path):
+    (tmp_path / "notes.txt").write_text("no code here")
+    result = CliRunner().invoke(cli.app, ["check", str(tmp_path)])
+    assert result.exit_code == 0
+    assert result.stderr.strip() == f"warning: no Python file found in {tmp_path}"

@@ -468,4 +468,7 @@ def test_help_is_fast_and_imports_neither_copier_nor_torch():
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO).stdout
     modules, seconds = out.strip().splitlines()[-2:]
     assert modules == "[]"
-    assert float(seconds) < 1.0  # ~0.1 s on an idle machine; generous for a busy one
+    # Only a guard against a hang or a heavy import slipping in: ~0.1-0.4 s on an idle machine,
+    # and over 1 s when the CI's other worker runs a generated suite beside it. The speed itself
+    # is measured side by side by benchmarks/run.py (`scaffold --help`).
+    assert float(seconds) < 10.0

@@ -5,6 +5,7 @@ import ast
 
 from scaffold.check.flow import (
     BACKWARD,
+    BACKWARD_CALLS,
     COMPREHENSIONS,
     EPOCH_SCHEDULERS,
     EVAL_MODE,
@@ -137,7 +138,7 @@ def evaluation_with_grad(module: Module):
     candidates = []
     loops = dict(module.loops_paths)
     for node in module.nodes:  # [model(x) for x in loader] is a loop as well
-        if isinstance(node, COMPREHENSIONS) and node not in module.hot:
+        if isinstance(node, COMPREHENSIONS) and node not in module.project.hot:
             loops[node] = []
     for loop, paths in loops.items():
         kinds = {e.kind for p in paths for e in p.events}
@@ -357,9 +358,7 @@ def _is_backward_loss(module: Module, value, call) -> bool:
     key = dotted(value)
     scope = module.enclosing_function(call) or module.tree
     return key is not None and any(
-        isinstance(n, ast.Call)
-        and last_name(n) in ("backward", "manual_backward")
-        and dotted(loss_of(n)) == key
+        isinstance(n, ast.Call) and last_name(n) in BACKWARD_CALLS and dotted(loss_of(n)) == key
         for n in module.project.nodes_of(scope)
     )
 

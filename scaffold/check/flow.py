@@ -4,7 +4,6 @@ A Module reads one file; the Project (project.py) it belongs to holds what the c
 share, so a call to a helper imported from another checked file is read like a local one."""
 
 import ast
-import functools
 from dataclasses import dataclass, field
 
 # Beyond this many paths through one loop body the rest are dropped: the first ones, taken in
@@ -26,6 +25,7 @@ SCHEDULERS = EPOCH_SCHEDULERS | {
     "LRScheduler", "_LRScheduler",
 }  # fmt: skip
 SCALERS = {"GradScaler"}
+BACKWARD_CALLS = {"backward", "manual_backward"}
 GENERATORS = {"Generator"}
 # Calls that seed torch's global generator: torch.manual_seed, or a library's seed_everything
 # (Lightning, Accelerate, Transformers). A helper of the checked files with such a name is read
@@ -141,7 +141,6 @@ class Ctx:
         return key
 
 
-@functools.lru_cache(maxsize=4096)
 def condition(test) -> tuple[str, bool]:
     """A condition's identity and sense: `not x`, `x is None` and `x` test the same thing."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -419,7 +418,7 @@ class Module:
         return paths
 
     def _if(self, node: ast.If, ctx: Ctx, paths: list) -> list:
-        text, sense = condition(node.test)
+        text, sense = self.project.conditions[node]
         # Only a condition tested again somewhere needs remembering; paths that remember the
         # same decisions read the branches once, and each path takes their events.
         remember = text in self.project.repeated_conditions
@@ -494,7 +493,7 @@ class Module:
         name = last_name(call)
         if name in CLIPS:
             return Event(CLIP, call)
-        if name in ("backward", "manual_backward") and not _distributed_autograd(func):
+        if name in BACKWARD_CALLS and not _distributed_autograd(func):
             return self._backward(call, ctx)
         if name in OPTIMIZERS and (isinstance(func, ast.Name) or "optim" in f"{dotted(func)}"):
             return Event(BUILD, call)
@@ -599,8 +598,7 @@ class Module:
                     if key:
                         keys.update(prefixes(key))
                 elif isinstance(node, ast.Call):
-                    home = self.project.module_at(node)
-                    found = home.resolve(node, Ctx(home.enclosing_function(node)))
+                    found = self.project.targets.get(node)
                     if found is not None and found not in seen:
                         seen.add(found)
                         todo.append(found)
@@ -621,7 +619,6 @@ class Module:
 
     def find_steps(self, hot: set, candidates: set) -> None:
         """Read every loop that may run backward(), and the functions that may be one step."""
-        self.hot = hot
         for node in self.nodes:
             if isinstance(node, LOOPS):
                 if node in hot:

@@ -4,6 +4,7 @@ import ast
 import os
 
 from scaffold.check.flow import (
+    BACKWARD_CALLS,
     CLIPS,
     OPTIMIZERS,
     SEEDS,
@@ -17,7 +18,8 @@ from scaffold.check.flow import (
 # The calls the checks read the order of; a helper without any (directly or through its own
 # helpers) adds nothing to a step's events.
 RELEVANT_CALLS = (
-    {"backward", "manual_backward", "step", "zero_grad", "zero_", "unscale_", "update", "train"}
+    BACKWARD_CALLS
+    | {"step", "zero_grad", "zero_", "unscale_", "update", "train"}
     | {"eval", "no_grad", "inference_mode", "set_grad_enabled", "autocast", "add_", "sub_"}
     | {"addcdiv_", "addcmul_"}
     | CLIPS
@@ -46,6 +48,8 @@ class Project:
         self._nodes_of: dict = {}  # scope -> its own nodes (memo)
         self._callers: dict = {}  # function -> its calls
         self.repeated_conditions: set = set()  # conditions that more than one `if` tests
+        self.conditions: dict = {}  # `if` node -> its condition's identity and sense
+        self.targets: dict = {}  # call -> the function of the checked files it runs, or None
         self._by_tree: dict = {}
         self._by_file: dict = {}  # absolute path of a .py file -> its Module
         self._by_name: dict = {}  # a dotted module name's last parts -> Modules
@@ -72,7 +76,7 @@ class Project:
             module.learn_classes()
             for node in module.nodes:
                 if isinstance(node, ast.If):
-                    text = condition(node.test)[0]
+                    self.conditions[node] = text, _ = condition(node.test)
                     if text in seen:
                         self.repeated_conditions.add(text)
                     seen.add(text)
@@ -82,6 +86,7 @@ class Project:
                 for node in module.nodes
                 if isinstance(node, ast.Call)
             ]
+            self.targets.update(module.calls)
         self.hot = hot = self._reaching_backward()
         self.relevant = self._relevant()
         called = {target for m in self.modules for _, target in m.calls if target is not None}
@@ -102,7 +107,7 @@ class Project:
             for call, target in calls:
                 if call in hot:
                     continue
-                if last_name(call) in ("backward", "manual_backward") or target in hot:
+                if last_name(call) in BACKWARD_CALLS or target in hot:
                     hot.add(call)
                     changed = True
                     node = self.parents.get(call)
@@ -125,7 +130,7 @@ class Project:
                     function = module.enclosing_function(call)
                     if function is None or function in stepping or _in_loop(module, call):
                         continue
-                    if last_name(call) in ("backward", "manual_backward") or target in stepping:
+                    if last_name(call) in BACKWARD_CALLS or target in stepping:
                         stepping.add(function)
                         changed = True
         return stepping

@@ -22,6 +22,7 @@ class Source:
     path: str
     tree: ast.Module
     text: str = ""
+    encoding: str = "utf-8"  # the file's own, so a fix writes it back the same way
     _noqa: dict | None = field(default=None, repr=False)
 
     @property
@@ -107,7 +108,7 @@ def read_source(path: str) -> Source:
         ) from None
     except ValueError as err:  # e.g. a null byte
         raise Unreadable(f"{path}: cannot parse: {err}") from None
-    return Source(path, tree, text)
+    return Source(path, tree, text, encoding)
 
 
 def noqa_lines(text: str) -> dict:

@@ -6,10 +6,10 @@ import io
 import os
 import stat
 import tempfile
-import tokenize
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from scaffold.check.files import Unreadable, read_source
 from scaffold.check.rules import Finding
 
 FIXABLE = ("SCF201", "SCF2301")
@@ -49,7 +49,7 @@ def plan_fixes(findings: list[Finding]) -> list[FileFix]:
         group = list(group)
         try:
             plans.append(_plan(path, group))
-        except (OSError, SyntaxError, ValueError):  # changed or gone since it was checked
+        except Unreadable:  # changed or gone since it was checked
             plans.append(
                 FileFix(path, "utf-8", "", "", left=[(f, "cannot read it again") for f in group])
             )
@@ -78,13 +78,11 @@ def write_fix(fix: FileFix) -> None:
 
 
 def _plan(path: str, findings: list[Finding]) -> FileFix:
-    with open(path, "rb") as file:
-        data = file.read()
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    text = data.decode(encoding)
-    fix = FileFix(path, encoding, text, text)
+    # Read again (it may have changed since it was checked), the way the check reads it.
+    read = read_source(path)
+    text, tree = read.text, read.tree
+    fix = FileFix(path, read.encoding, text, text)
     source = _Text(text)
-    tree = ast.parse(text, filename=path)
     blocks = _blocks(tree)
     edits = []
     for finding in findings:

@@ -10,6 +10,7 @@ from scaffold.check.flow import (
     EPOCH_SCHEDULERS,
     EVAL_MODE,
     EVALUATE,
+    FUNCTIONS,
     LOOPS,
     PASS,
     PLATEAU,
@@ -276,24 +277,17 @@ def has_training_pass(paths) -> bool:
 
 def _in_inner_loop(module: Module, node, loop) -> bool:
     """Whether a node runs in a loop nested in `loop` (up to its own function)."""
-    node = module.parents.get(node)
-    while node is not None and node is not loop:
-        if isinstance(node, LOOPS + COMPREHENSIONS):
+    for outer in module.ancestors(node, loop):
+        if isinstance(outer, LOOPS + COMPREHENSIONS):
             return True
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(outer, FUNCTIONS):
             return False
-        node = module.parents.get(node)
     return False
 
 
 def _conditional(module: Module, node, loop) -> bool:
     """Whether a node sits under an `if` inside `loop` (or inside a helper)."""
-    node = module.parents.get(node)
-    while node is not None and node is not loop:
-        if isinstance(node, ast.If | ast.FunctionDef | ast.AsyncFunctionDef):
-            return True
-        node = module.parents.get(node)
-    return False
+    return any(isinstance(outer, (ast.If, *FUNCTIONS)) for outer in module.ancestors(node, loop))
 
 
 LOSS_WORDS = ("loss", "mse", "mae", "rmse", "error", "perplexity", "ppl", "nll")

@@ -329,6 +329,13 @@ class Module:
         """The function a node is in; None at module level."""
         return self.project.enclosing.get(node)
 
+    def ancestors(self, node, stop=None):
+        """The nodes a node sits in, innermost first, up to `stop` (left out) or the file."""
+        node = self.parents.get(node)
+        while node is not None and node is not stop:
+            yield node
+            node = self.parents.get(node)
+
     def method_of(self, function):
         """The method a (possibly nested) function sits in."""
         while function is not None and function not in self.owner:

@@ -6,6 +6,8 @@ import os
 from scaffold.check.flow import (
     BACKWARD_CALLS,
     CLIPS,
+    FUNCTIONS,
+    LOOPS,
     OPTIMIZERS,
     SEEDS,
     Ctx,
@@ -216,9 +218,9 @@ class Project:
 
 def _in_loop(module: Module, node) -> bool:
     """Whether a node runs in a loop of its own function."""
-    node = module.parents.get(node)
-    while node is not None and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+    for outer in module.ancestors(node):
+        if isinstance(outer, FUNCTIONS):
+            return False
+        if isinstance(outer, LOOPS):
             return True
-        node = module.parents.get(node)
     return False

@@ -6,6 +6,7 @@ from scaffold.check.flow import (
     BACKWARD,
     CLIP,
     COMPREHENSIONS,
+    FUNCTIONS,
     LOOPS,
     MOVES,
     OPTIMIZERS,
@@ -62,15 +63,8 @@ def _repeats(module: Module, unit) -> bool:
     return any(
         isinstance(node, LOOPS + COMPREHENSIONS)
         for call, home in module.project.callers(unit.function)
-        for node in _ancestors(home, call)
+        for node in home.ancestors(call)
     )
-
-
-def _ancestors(module: Module, node):
-    node = module.parents.get(node)
-    while node is not None:
-        yield node
-        node = module.parents.get(node)
 
 
 def _zeroed(module: Module, optimizer: str | None, zeroed: set) -> bool:
@@ -261,14 +255,14 @@ def autocast_around_update(module: Module):
 
 def _under_autocast(module: Module, node) -> bool:
     """Whether a node runs inside a `with ...autocast(...)` of its own function."""
-    node = module.parents.get(node)
-    while node is not None and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        if isinstance(node, ast.With | ast.AsyncWith):
-            for item in node.items:
+    for outer in module.ancestors(node):
+        if isinstance(outer, FUNCTIONS):
+            return False
+        if isinstance(outer, ast.With | ast.AsyncWith):
+            for item in outer.items:
                 call = item.context_expr
                 if last_name(call) == "autocast" and not _switched_off(call):
                     return True
-        node = module.parents.get(node)
     return False
 
 
@@ -338,14 +332,14 @@ def accumulation_without_division(module: Module):
 
 
 def _every_kth(module: Module, node, stop) -> bool:
-    node = module.parents.get(node)
-    while node is not None and node is not stop:
-        if isinstance(node, ast.If) and any(
-            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node.test)
-        ):
-            return True
-        node = module.parents.get(node)
-    return False
+    """Whether a node runs under an `if ... % k` inside `stop`."""
+    return any(
+        isinstance(outer, ast.If)
+        and any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(outer.test)
+        )
+        for outer in module.ancestors(node, stop)
+    )
 
 
 def _divided(module: Module, event, unit) -> bool:

@@ -19,7 +19,7 @@ from pyarrow import parquet
 
 from .distributed import ONE_PROCESS, Context, shard_training, shard_validation
 from .interface import UnknownLabel
-from .task import Task, empty_targets, make_synthetic, parse_target
+from .task import TARGET_TYPE, Task, bulk_targets, empty_targets, make_synthetic, parse_target
 
 
 class DataError(ValueError):
@@ -465,17 +465,12 @@ def _checked(column: pa.ChunkedArray, path: str | Path, start: int, name: str) -
 # ---------------------------------------------------------------------------------------------
 # The target column, as Arrow gives it from either file type.
 
-TARGET_TYPE = pa.string()  # CSV target cells are read as this: labels may be text
-
 
 def _targets(column: pa.ChunkedArray) -> Sequence:
-    """Class labels: each distinct cell parsed once, as a label column repeats few values."""
-    encoded = column.cast(pa.string()).fill_null("").combine_chunks().dictionary_encode()
-    try:
-        labels = [parse_target(text) for text in encoded.dictionary.to_pylist()]
-    except ValueError:  # the row-by-row parse names the first bad cell
-        return _parse_each(column)
-    return [labels[i] for i in encoded.indices.to_numpy().tolist()]
+    """The target cells as the task reads them: all at once, or, when one does not parse, one
+    by one for that cell's row (and for cells only parse_target reads)."""
+    targets = bulk_targets(column)
+    return _parse_each(column) if targets is None else targets
 
 
 def _parse_each(column: pa.ChunkedArray) -> list:

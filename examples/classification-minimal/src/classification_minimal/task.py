@@ -4,6 +4,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+import pyarrow as pa
 import torch
 from torch import nn
 
@@ -87,6 +88,21 @@ def check_discrete(classes: list[str], rows: int) -> None:
             f"as {fraction}: it looks continuous (classes allow at most {limit} such values); "
             "use a regression project (scaffold new NAME --task regression) or bin the values"
         )
+
+
+# How Arrow reads a CSV's target cells: labels may be text.
+TARGET_TYPE = pa.string()
+
+
+def bulk_targets(column: pa.ChunkedArray) -> list | None:
+    """Class labels, each distinct cell parsed once (a label column repeats few values); None
+    when one does not parse (data.py then parses each cell to name it)."""
+    encoded = column.cast(pa.string()).fill_null("").combine_chunks().dictionary_encode()
+    try:
+        labels = [parse_target(text) for text in encoded.dictionary.to_pylist()]
+    except ValueError:
+        return None
+    return [labels[i] for i in encoded.indices.to_numpy().tolist()]
 
 
 class Task:

@@ -18,7 +18,7 @@ from pyarrow import csv as arrow_csv
 from pyarrow import parquet
 
 from .interface import UnknownLabel
-from .task import Task, empty_targets, make_synthetic, parse_target
+from .task import TARGET_TYPE, Task, bulk_targets, empty_targets, make_synthetic, parse_target
 
 
 class DataError(ValueError):
@@ -464,18 +464,12 @@ def _checked(column: pa.ChunkedArray, path: str | Path, start: int, name: str) -
 # ---------------------------------------------------------------------------------------------
 # The target column, as Arrow gives it from either file type.
 
-TARGET_TYPE = pa.float64()  # CSV target cells are read as this
-
 
 def _targets(column: pa.ChunkedArray) -> Sequence:
-    """Target values as float64, converted by Arrow; a cell it cannot convert is parsed alone."""
-    try:
-        values = column.cast(pa.float64()).to_numpy()  # an empty cell becomes nan
-    except pa.ArrowException:  # text: the row-by-row parse names the first bad cell
-        return _parse_each(column)
-    if not (np.abs(values) <= FLOAT32_MAX).all():  # also false for nan
-        return _parse_each(column)
-    return values
+    """The target cells as the task reads them: all at once, or, when one does not parse, one
+    by one for that cell's row (and for cells only parse_target reads)."""
+    targets = bulk_targets(column)
+    return _parse_each(column) if targets is None else targets
 
 
 def _parse_each(column: pa.ChunkedArray) -> list:

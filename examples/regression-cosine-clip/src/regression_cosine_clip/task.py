@@ -4,6 +4,8 @@ import math
 from array import array
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 
@@ -48,6 +50,22 @@ def parse_target(text: str) -> float:
     if abs(value) > FLOAT32_MAX:
         raise ValueError(f"is too large for float32 (at most 3.4e38): {text!r}; rescale it")
     return value
+
+
+# How Arrow reads a CSV's target cells.
+TARGET_TYPE = pa.float64()
+
+
+def bulk_targets(column: pa.ChunkedArray) -> np.ndarray | None:
+    """The target cells as float64, converted by Arrow at once; None when one is not a finite
+    float32 number (data.py then parses each cell to name it)."""
+    try:
+        values = column.cast(pa.float64()).to_numpy()  # an empty cell becomes nan
+    except pa.ArrowException:  # text
+        return None
+    if not (np.abs(values) <= FLOAT32_MAX).all():  # also false for nan
+        return None
+    return values
 
 
 class Task:

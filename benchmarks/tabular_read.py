@@ -1,14 +1,17 @@
-"""Reading a numeric table: the old csv-module reader against the generated Arrow reader.
+"""Reading a table: the old csv-module reader against the generated Arrow reader.
 
     python benchmarks/tabular_read.py                   # 100k and 1M rows x 20 features
     python benchmarks/tabular_read.py --rows 10000000   # other sizes (default: 100000 1000000)
+    python benchmarks/tabular_read.py --threads 2       # Arrow's parsing threads (default 1)
     python benchmarks/tabular_read.py --quick           # seconds: checks the code still works
 
-The files (numeric CSV and a Parquet copy) are generated in a temporary folder and deleted
-afterwards. Each reading runs in a fresh interpreter that has imported torch, pyarrow and the
-project first; its peak RSS is ru_maxrss after reading minus the RSS before it (Linux: the
-peak is reset to the RSS first, so that a passing peak of the imports hides nothing). Results
-go to benchmarks/results/tabular_read.md.
+The files (a numeric CSV, a Parquet copy, and a mixed CSV and Parquet pair with text columns
+and missing cells) are generated in a temporary folder and deleted afterwards. Each reading
+runs in a fresh interpreter that has imported torch, pyarrow and the project first; its peak
+RSS is ru_maxrss after reading minus the RSS before it (Linux: the peak is reset to the RSS
+first, so that a passing peak of the imports hides nothing), and its peak anonymous memory
+(RssAnon, sampled every 2 ms: what the OS cannot drop, unlike the pages of a mapped file) over
+the same. Results go to benchmarks/results/tabular_read.md.
 """
 
 import argparse
@@ -23,16 +26,22 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from array import array
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FEATURES = 20
+TEXT_COLUMNS = {"city": 12, "shop": 400, "product": 5000}  # name: distinct values
+MISSING_SHARE = 0.05  # of the cells of the first 5 numeric columns, in the mixed files
 READERS = {
     "old: csv module, row by row": ("old", ".csv"),
     "new: Arrow, CSV": ("new", ".csv"),
     "new: Arrow, Parquet": ("new", ".parquet"),
+    "new: Arrow, CSV, into a memory-mapped file (memory_budget_mb 0)": ("disk", ".csv"),
+    "new: Arrow, CSV, mixed (3 text columns, 5% missing cells in 5)": ("new", ".mixed.csv"),
+    "new: Arrow, Parquet, mixed": ("new", ".mixed.parquet"),
     "reference: pyarrow.csv.read_csv alone": ("arrow", ".csv"),
 }
 
@@ -89,6 +98,30 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _anonymous() -> int:
+    """The process's anonymous resident memory now (RssAnon), in bytes."""
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith("RssAnon:"))
+    return int(line.split()[1]) * 1024
+
+
+class AnonymousPeak(threading.Thread):
+    """The largest RssAnon seen while it runs, sampled every 2 ms."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak, self.done = _anonymous(), threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.002):
+            self.peak = max(self.peak, _anonymous())
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join()
+        return max(self.peak, _anonymous())
+
+
 def child(reader: str, path: str, src: str, package: str) -> None:
     sys.path.insert(0, src)
     import importlib
@@ -99,11 +132,14 @@ def child(reader: str, path: str, src: str, package: str) -> None:
 
     data = importlib.import_module(f"{package}.data")
     task = importlib.import_module(f"{package}.task")
+    storage = importlib.import_module(f"{package}.storage").Storage(0, Path(path).parent)
     torch.set_num_threads(1)
     # The peak so far may be a passing one of the imports: reset it to the RSS now (Linux).
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    before = _rss()
+    before, anonymous = _rss(), AnonymousPeak()
+    anonymous_before = anonymous.peak
+    anonymous.start()
     start = time.perf_counter()
     if reader == "old":
         features, targets, _ = old_read_csv(path, "target", task.parse_target, task.empty_targets)
@@ -111,14 +147,18 @@ def child(reader: str, path: str, src: str, package: str) -> None:
         table = pyarrow.csv.read_csv(path)
         features, targets = torch.empty(table.num_rows, FEATURES), range(table.num_rows)
     else:
-        features, targets, _ = data.read_table(path, "target")
+        matrix = storage.matrix if reader == "disk" else data.in_memory
+        table = data.read_table(path, "target", matrix=matrix)
+        features, targets = table.features, table.targets
     seconds = time.perf_counter() - start
+    anonymous_peak = anonymous.stop() - anonymous_before
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     rows = len(targets)
     # The final tensors: the float32 features and one int64 class index per row.
     final = features.numel() * 4 + rows * 8
     peak = after - before
-    print(json.dumps({"seconds": seconds, "rows": rows, "peak": peak, "final": final}))
+    result = {"seconds": seconds, "rows": rows, "peak": peak, "final": final}
+    print(json.dumps({**result, "anonymous": anonymous_peak}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,31 +166,44 @@ def child(reader: str, path: str, src: str, package: str) -> None:
 
 
 def write_files(folder: Path, rows: int) -> dict[str, Path]:
-    """A numeric CSV file of rows x FEATURES float32 values and 4 classes, and its Parquet copy."""
+    """A numeric CSV file of rows x FEATURES float32 values and 4 classes, its Parquet copy,
+    and a mixed pair: the same with TEXT_COLUMNS and missing cells."""
     import numpy as np
     import pyarrow as pa
     from pyarrow import csv as arrow_csv
     from pyarrow import parquet
 
     rng = np.random.default_rng(rows)
-    batches = []
+    batches, mixed = [], []
     for start in range(0, rows, 1_000_000):  # a million rows at a time keeps the parent small
         n = min(1_000_000, rows - start)
         values = rng.standard_normal((n, FEATURES), dtype=np.float32)
         columns = {f"x{j}": values[:, j] for j in range(FEATURES)}
         columns["target"] = rng.integers(0, 4, n)
         batches.append(pa.table(columns))
-    paths = {".csv": folder / f"{rows}.csv", ".parquet": folder / f"{rows}.parquet"}
-    with arrow_csv.CSVWriter(paths[".csv"], batches[0].schema) as writer:
-        for batch in batches:
-            writer.write_table(batch)
-    parquet.write_table(pa.concat_tables(batches), paths[".parquet"])
+        for j in range(5):
+            missing = rng.random(n) < MISSING_SHARE
+            columns[f"x{j}"] = pa.array(values[:, j], mask=missing)
+        for name, distinct in TEXT_COLUMNS.items():
+            names = np.array([f"{name} {i}" for i in range(distinct)])
+            columns[name] = names[rng.zipf(1.3, n) % distinct]
+        mixed.append(pa.table(columns))
+    paths = {suffix: folder / f"{rows}{suffix}" for suffix in (".csv", ".parquet")}
+    paths |= {suffix: folder / f"{rows}{suffix}" for suffix in (".mixed.csv", ".mixed.parquet")}
+    for tables, csv_path, parquet_path in [
+        (batches, paths[".csv"], paths[".parquet"]),
+        (mixed, paths[".mixed.csv"], paths[".mixed.parquet"]),
+    ]:
+        with arrow_csv.CSVWriter(csv_path, tables[0].schema) as writer:
+            for table in tables:
+                writer.write_table(table)
+        parquet.write_table(pa.concat_tables(tables), parquet_path)
     return paths
 
 
-def measure(reader: str, path: Path, src: Path, package: str) -> dict:
+def measure(reader: str, path: Path, src: Path, package: str, threads: int) -> dict:
     command = [sys.executable, __file__, "--child", reader, str(path), str(src), package]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr}")
@@ -163,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repetitions", type=int, default=3, help="median of this many")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS: Arrow's threads")
     parser.add_argument("--quick", action="store_true", help="2000 rows, one repetition")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
@@ -172,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     from scaffold.render import render_project
 
     lines = [
-        "| rows | reader | seconds | rows/s | speed-up | peak RSS (MB) | peak / final tensors |",
-        "|---|---|---|---|---|---|---|",
+        "| rows | reader | seconds | rows/s | speed-up | peak RSS (MB) | peak / final tensors "
+        "| peak anonymous (MB) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -185,16 +240,19 @@ def main(argv: list[str] | None = None) -> int:
             results: dict[str, list[dict]] = {name: [] for name in READERS}
             for _ in range(repetitions):  # interleaved: the machine's drift hits every reader
                 for name, (reader, suffix) in READERS.items():
-                    results[name].append(measure(reader, paths[suffix], src, package))
+                    run = measure(reader, paths[suffix], src, package, args.threads)
+                    results[name].append(run)
             old = statistics.median(r["seconds"] for r in results[next(iter(READERS))])
             size = f"{rows:,} ({paths['.csv'].stat().st_size / 1e6:.0f} MB CSV)"
             for name, runs in results.items():
                 seconds = statistics.median(r["seconds"] for r in runs)
                 peak = statistics.median(r["peak"] for r in runs)
+                anonymous = statistics.median(r["anonymous"] for r in runs)
                 final = runs[0]["final"]
                 lines.append(
                     f"| {size} | {name} | {seconds:.2f} | {rows / seconds:,.0f} | "
-                    f"{old / seconds:.1f}x | {peak / 1e6:.0f} | {peak / final:.2f} |"
+                    f"{old / seconds:.1f}x | {peak / 1e6:.0f} | {peak / final:.2f} | "
+                    f"{anonymous / 1e6:.0f} |"
                 )
                 print(lines[-1], flush=True)
             for path in paths.values():
@@ -205,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = " ".join(["python", "benchmarks/tabular_read.py", *(argv or sys.argv[1:])])
     report = [
-        f"# Reading a numeric table ({datetime.date.today().isoformat()})",
+        f"# Reading a table ({datetime.date.today().isoformat()})",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
         f"Python {platform.python_version()}; torch {torch.__version__}; "
@@ -213,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: {command}; median of {repetitions} interleaved repetitions.",
         "",
         f"Files: {FEATURES} float32 feature columns and an integer class column (4 classes), "
-        "written by Arrow (CSV) and as a Parquet copy. Each reading runs in a fresh process "
+        "written by Arrow (CSV) and as a Parquet copy; the mixed pair adds 3 text columns "
+        f"({', '.join(f'{n} values' for n in TEXT_COLUMNS.values())}, Zipf-distributed) and "
+        f"leaves {MISSING_SHARE:.0%} of the cells of 5 numeric columns empty. "
+        "Each reading runs in a fresh process "
         "with torch, pyarrow and the project imported; peak RSS is ru_maxrss after reading "
         "minus the RSS before it (the peak reset to it first), and the last column divides it "
         "by the final tensors (float32 "
@@ -223,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         "Speed-up: the old reader's seconds over each reader's. The reference row is "
         "pyarrow.csv.read_csv alone with its defaults (types inferred: float64 and int64; "
         "the whole table in memory; no checks, no matrix). Every reading runs with "
-        "OMP_NUM_THREADS=1, which Arrow's thread pool follows: one parsing thread.",
+        f"OMP_NUM_THREADS={args.threads}, which Arrow's thread pool follows. Peak anonymous: "
+        "the largest RssAnon during the reading over RssAnon before it; the pages of a "
+        "memory-mapped file are not anonymous (the OS writes them back and drops them under "
+        "memory pressure), so it is the memory the disk path cannot give back.",
         "",
         *lines,
         "",

@@ -73,3 +73,22 @@ def test_quick_distributed_benchmark_writes_its_table(tmp_path):
         "torchrun 2 processes: speed / plain ",
     ):
         assert re.search(rf"\| default \| {re.escape(row)}.* \| \d+\.\d\d \(", table), row
+
+
+def test_quick_tabular_benchmarks_read_and_train_a_mixed_table(tmp_path):
+    # The reader benchmark: every reader row, mixed files and the disk path included.
+    result = run(
+        [PYTHON, "benchmarks/tabular_read.py", "--quick", "--out", str(tmp_path)], REPO, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "tabular_read.md").read_text()
+    for reader in ("old: csv module", "new: Arrow, CSV |", "into a memory-mapped file", "mixed"):
+        assert re.search(rf"\| 2,000 .*{re.escape(reader)}.*\| \d+\.\d\dx? ", table), reader
+    # End to end: CSV, Parquet and the disk path train; the disk path's metrics equal memory's.
+    result = run(
+        [PYTHON, "benchmarks/tabular_fit.py", "--quick", "--out", str(tmp_path)], REPO, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (tmp_path / "tabular_fit.md").read_text()
+    assert "The disk path's metrics.csv equals the memory path's: True." in report
+    assert "memory-mapped from a file in" in report and "predict on 5,000 new rows" in report

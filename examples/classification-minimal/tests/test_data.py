@@ -29,6 +29,13 @@ def write_csv(path: Path, content: str | bytes) -> str:
     return str(path)
 
 
+def read(path: str, target: str = "target", **settings) -> tuple:
+    """read_table's features, targets and feature column names (numeric, then categorical)."""
+    table = read_table(path, target, **settings)
+    columns = table.columns()
+    return table.features, table.targets, columns.numeric + columns.categorical
+
+
 def load_csv(cfg, path: Path, content: str | bytes):
     return load_data(dataclasses.replace(cfg, data=write_csv(path, content)))
 
@@ -69,6 +76,7 @@ NOT_UTF8 = "is not UTF-8; save the file as UTF-8"
 EMPTY = "needs a header row and at least one data row"
 HEADER = "with the column names"
 LABEL = "every row needs a label"
+REFUSED = ', or set missing = "impute" to fill it in'
 
 
 def test_csv_target_column_by_name(cfg, tmp_path):
@@ -85,7 +93,7 @@ def test_csv_target_column_by_name(cfg, tmp_path):
 def test_values_are_read_exactly_with_or_without_a_bom(tmp_path, bom):
     text = ' x1 , x 2 ,target\r\n0.1,-2.5e3,1\r\n\r\n3,1e-3,0\r\n1.5,"7",1\r\n'
     path = write_csv(tmp_path / "d.csv", bom + text.encode())
-    features, targets, names = read_table(path, "target")
+    features, targets, names = read(path)
     assert names == ["x1", "x 2"]  # names lose surrounding spaces only
     expected = torch.tensor([[0.1, -2500.0], [3.0, 1e-3], [1.5, 7.0]], dtype=torch.float32)
     assert torch.equal(features, expected)
@@ -94,11 +102,11 @@ def test_values_are_read_exactly_with_or_without_a_bom(tmp_path, bom):
 
 def test_a_record_may_span_lines_and_errors_name_the_line_it_starts_on(tmp_path):
     path = write_csv(tmp_path / "d.csv", 'a,b,target\n"1\n",2,0\n3,4,1\n')
-    assert read_table(path, "target")[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
-    path = write_csv(tmp_path / "e.csv", 'a,b,target\n"1\n",2,0\n3,x,1\n')
+    assert read(path)[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    path = write_csv(tmp_path / "e.csv", 'a,b,target\n"1\n",2,0\n3,inf,1\n')
     with pytest.raises(DataError) as err:
-        read_table(path, "target")
-    assert str(err.value) == f"{path}:4:2: column 'b' is not a number: 'x'; {NUMBER}"
+        read(path)
+    assert str(err.value) == f"{path}:4:2: column 'b' is 'inf', {NOT_FINITE}"
 
 
 @pytest.mark.parametrize(
@@ -115,10 +123,9 @@ def test_a_record_may_span_lines_and_errors_name_the_line_it_starts_on(tmp_path)
         ("a, b,b ,a,target\n1,2,3,4,0\n", "{path}:1: duplicate column names: a, b; " + NAMES),
         ("a,,target\n1,2,0\n", "{path}:1: column 2 has no name; name every column"),
         ("a,target,\n1,0,\n", "{path}:1: column 3 has no name; name every column"),
-        # Feature cells: file:line:column, the column named.
-        ("a,target\n1,0\nx,1\n", "{path}:3:1: column 'a' is not a number: 'x'; " + NUMBER),
-        ("a,b,target\n1,,0\n", "{path}:2:2: column 'b' is empty; " + NUMBER),
-        ("a,b,target\n1, ,0\n", "{path}:2:2: column 'b' is empty; " + NUMBER),
+        # Feature cells: file:line:column, the column named (missing cells refused here).
+        ("a,b,target\n1,,0\n", "{path}:2:2: column 'b' is empty; " + NUMBER + REFUSED),
+        ("a,b,target\n1, ,0\n", "{path}:2:2: column 'b' is empty; " + NUMBER + REFUSED),
         ("a,b,target\n1,2,0\n3,nan,1\n", "{path}:3:2: column 'b' is 'nan', " + NOT_FINITE),
         ("a,b,target\n1,2,0\n3,NaN,1\n", "{path}:3:2: column 'b' is 'NaN', " + NOT_FINITE),
         ("a,b,target\ninf,2,0\n", "{path}:2:1: column 'a' is 'inf', " + NOT_FINITE),
@@ -150,7 +157,7 @@ def test_a_record_may_span_lines_and_errors_name_the_line_it_starts_on(tmp_path)
 def test_bad_csv_is_a_one_line_error(cfg, tmp_path, content, message):
     path = write_csv(tmp_path / "d.csv", content)
     with pytest.raises(DataError) as err:
-        load_data(dataclasses.replace(cfg, data=path))
+        load_data(dataclasses.replace(cfg, data=path, missing="refuse"))
     assert str(err.value) == message.format(path=path)
 
 
@@ -230,20 +237,35 @@ def test_a_target_with_many_fractional_values_is_continuous(cfg, tmp_path, rows,
 def test_cells_only_python_reads_are_read_and_far_errors_name_their_line(tmp_path):
     # Arrow refuses '1_000' and ' 2\n' (Python's float() reads them): the csv module reads it.
     path = write_csv(tmp_path / "d.csv", 'a,b,target\n1_000,"2\n",0\n3,4,1\n')
-    assert read_table(path, "target")[0].tolist() == [[1000.0, 2.0], [3.0, 4.0]]
+    assert read(path)[0].tolist() == [[1000.0, 2.0], [3.0, 4.0]]
     # Lone \r line breaks (old Mac files): more rows than \n, read by the csv module too.
     path = write_csv(tmp_path / "cr.csv", "a,b,target\r1,2,0\r3,4,1\r5,6,0\r")
-    assert read_table(path, "target")[0].tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    assert read(path)[0].tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
     # Past Arrow's first block of 1 MiB, a bad cell is still named by its line.
     rows = "".join(f"{i},{i % 7},{i % 2}\n" for i in range(150_000))
-    for cell, problem in [
-        ("x", "is not a number: 'x'; " + NUMBER),
-        ("inf", "is 'inf', " + NOT_FINITE),
-    ]:
-        path = write_csv(tmp_path / "big.csv", f"a,b,target\n{rows}\n7,{cell},1\n")
-        with pytest.raises(DataError) as err:
-            read_table(path, "target")
-        assert str(err.value) == f"{path}:150003:2: column 'b' {problem}"
+    path = write_csv(tmp_path / "big.csv", f"a,b,target\n{rows}\n7,inf,1\n")
+    with pytest.raises(DataError) as err:
+        read(path)
+    assert str(err.value) == f"{path}:150003:2: column 'b' is 'inf', {NOT_FINITE}"
+    # And text there makes the column categorical: every earlier number is a category too.
+    path = write_csv(tmp_path / "big.csv", f"a,b,target\n{rows}\n7,seven,1\n")
+    features, _, names = read(path)
+    assert names == ["a", "b"] and features.shape == (150_001, 2)
+    assert features[:8, 1].tolist() == [0, 1, 2, 3, 4, 5, 6, 0]  # numbered as they come
+    assert features[-1].tolist() == [7, 7]  # 'seven', the eighth value
+
+
+def test_arrow_alone_reads_text_columns_wherever_they_are(tmp_path, monkeypatch):
+    def no_csv_module(*args):
+        raise AssertionError("read by the csv module, not by Arrow")
+
+    monkeypatch.setattr(data_module, "_read_rows", no_csv_module)
+    path = write_csv(tmp_path / "d.csv", "target,note,a,city\n0,x,1.5,Oslo\n1,,2.5,Rome\n")
+    features, _, names = read(path)
+    assert names == ["a", "note", "city"]  # numbers first, then categories in file order
+    assert features[:, 0].tolist() == [1.5, 2.5]
+    assert features[0, 1] == 0 and features[1, 1].isnan()  # an empty note: missing
+    assert features[:, 2].tolist() == [0.0, 1.0]  # categories numbered as they come
 
 
 def test_a_file_too_large_for_memory_is_a_one_line_error(tmp_path, monkeypatch):
@@ -254,15 +276,15 @@ def test_a_file_too_large_for_memory_is_a_one_line_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(data_module.arrow_csv, "open_csv", no_memory)
     with pytest.raises(DataError) as err:
-        read_table(path, "target")
+        read(path)
     assert str(err.value) == f"{path} does not fit in memory; train on a sample of its rows"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_parquet_file_gives_what_the_same_table_gives_as_csv(cfg, tmp_path, seed):
     columns = random_table(seed, 300)
-    from_csv = read_table(csv_copy(tmp_path / "t.csv", columns), "target")
-    from_parquet = read_table(write_parquet(tmp_path / "t.parquet", columns), "target")
+    from_csv = read(csv_copy(tmp_path / "t.csv", columns))
+    from_parquet = read(write_parquet(tmp_path / "t.parquet", columns))
     assert from_csv[2] == from_parquet[2] == ["wide", "count", "narrow"]
     expected = torch.tensor([columns[name] for name in from_csv[2]]).T
     assert torch.equal(from_csv[0], expected)
@@ -299,18 +321,21 @@ def test_a_pandas_index_in_a_parquet_file_is_no_feature(tmp_path):
     table = pa.table({"a": [1.0, 2.0], "row_id": [10, 11], "target": [0, 1]})
     table = table.replace_schema_metadata({"pandas": '{"index_columns": ["row_id"]}'})
     parquet.write_table(table, tmp_path / "d.parquet")
-    assert read_table(str(tmp_path / "d.parquet"), "target")[2] == ["a"]
+    assert read(str(tmp_path / "d.parquet"))[2] == ["a"]
 
 
 @pytest.mark.parametrize(
     "columns, message",
     [
         (
-            {"a": [1.0, 2.0], "name": ["x", "y"], "target": [0, 1]},
-            "{path}: column 'name' holds string values, not numbers; every feature needs a "
-            "number (encode text columns as numbers, or drop them)",
+            {"a": [1.0, 2.0], "day": pa.array([1, 2], pa.date32()), "target": [0, 1]},
+            "{path}: column 'day' holds date32[day] values, neither numbers nor text; "
+            'convert it, or drop it (drop = "day")',
         ),
-        ({"a": [1.0, None], "target": [0, 1]}, "{path}: row 2: column 'a' is empty; " + NUMBER),
+        (
+            {"a": [1.0, None], "target": [0, 1]},
+            "{path}: row 2: column 'a' is empty; " + NUMBER + REFUSED,
+        ),
         (
             {"a": [1.0, float("nan")], "target": [0, 1]},
             "{path}: row 2: column 'a' is nan, " + NOT_FINITE,
@@ -337,7 +362,7 @@ def test_bad_parquet_is_a_one_line_error(cfg, tmp_path, columns, message):
     path = tmp_path / "d.parquet"
     parquet.write_table(columns if isinstance(columns, pa.Table) else pa.table(columns), path)
     with pytest.raises(DataError) as err:
-        load_data(dataclasses.replace(cfg, data=str(path)))
+        load_data(dataclasses.replace(cfg, data=str(path), missing="refuse"))
     assert str(err.value) == message.format(path=path)
 
 
@@ -359,7 +384,7 @@ def test_a_file_that_is_no_parquet_or_a_damaged_one_is_a_one_line_error(cfg, tmp
     "content, message",
     [
         ("a,b,c,target,target\n1,2,3,0,0\n", "{path}:1: duplicate column names: target; " + NAMES),
-        ("a,b,target\n1,2,0\n3,nan,1\n", "{path}:3:2: column 'b' is 'nan', " + NOT_FINITE),
+        ("a,b,target\n1,2,0\n3,inf,1\n", "{path}:3:2: column 'b' is 'inf', " + NOT_FINITE),
         (b"a,target\n1,0\n\xe92,1\n", "{path}:3:1: byte 0xe9 " + NOT_UTF8),
         ('a,target\n"1,0\n' + "3,1\n" * 40_000, "{path}:2: " + FIELD_LIMIT),
     ],

@@ -1,9 +1,11 @@
-"""Data: synthetic or a CSV or Parquet file, a seeded split, and batches of in-memory tensors."""
+"""Data: synthetic or a CSV or Parquet table, a seeded split, and batches of its rows."""
 
 import collections
 import contextlib
 import csv
+import math
 import os
+import re
 import stat
 import typing
 from array import array
@@ -18,7 +20,9 @@ from pyarrow import csv as arrow_csv
 from pyarrow import parquet
 
 from .distributed import ONE_PROCESS, Context, shard_training, shard_validation
+from .encoding import Columns, Encoding
 from .interface import UnknownLabel
+from .storage import Rows, Storage
 from .task import TARGET_TYPE, Task, bulk_targets, empty_targets, make_synthetic, parse_target
 
 
@@ -31,6 +35,7 @@ DATA_FLAGS = {
     "data": ("FILE", "CSV or Parquet (.parquet, .pq) file (default: synthetic data)"),
     "target": ("NAME", "column to predict (default: target)"),
 }
+MISSING_POLICIES = ("impute", "refuse")
 
 
 @dataclass
@@ -39,12 +44,30 @@ class DataSettings:
 
     data: str | None = None  # CSV file with a header row or Parquet file; None: synthetic data
     target: str = "target"  # name of the column to predict; all others are features
+    # Feature columns read as categories although they hold numbers (codes, ids of shops),
+    # comma-separated; a column with text in it is read as categories anyway.
+    categorical: str = ""
+    drop: str = ""  # columns that are no features (row ids, leaks), comma-separated
+    # A missing numeric cell (empty, NA, N/A, NaN, NULL, None, ?): "impute" fills in the
+    # training mean and adds a 0/1 "missing" column; "refuse" stops with the cell named. A
+    # missing category is a category of its own; a missing target is always refused.
+    missing: str = "impute"
+    max_categories: int = 1000  # per categorical column, the most frequent training values kept
+    # A table whose float32 matrix is larger trains from a memory-mapped file in the run's
+    # --out folder (0: always): batches are read from disk, results are the same.
+    memory_budget_mb: int = 4096
     val_fraction: float = 0.2  # share of the samples held out for validation
     n_samples: int = 2048  # synthetic data: number of samples
     n_features: int = 16  # synthetic data: number of features
 
     def data_checks(self) -> list[tuple[bool, str]]:
         return [
+            (self.missing in MISSING_POLICIES, "missing must be impute or refuse"),
+            (1 <= self.max_categories <= 10**6, "max_categories must be between 1 and 1000000"),
+            (
+                0 <= self.memory_budget_mb <= 2**24,
+                "memory_budget_mb must be between 0 and 16777216",
+            ),
             (0.0 < self.val_fraction < 1.0, "val_fraction must be between 0 and 1"),
             (2 <= self.n_samples <= 10**8, "n_samples must be between 2 and 100000000"),
             (1 <= self.n_features <= 10**5, "n_features must be between 1 and 100000"),
@@ -56,9 +79,15 @@ class DataSettings:
         ]
 
 
+def column_names(setting: str) -> list[str]:
+    """The column names of a comma-separated setting, stripped as the header's are."""
+    return [name.strip() for name in setting.split(",") if name.strip()]
+
+
 @dataclass
 class Split:
-    features: torch.Tensor  # float32, (samples, features), standardised
+    # float32, (samples, inputs): what encoding.py makes of the columns; Rows of a table on disk
+    features: torch.Tensor | Rows
     targets: torch.Tensor  # one value per sample, encoded for the task
 
     def __len__(self) -> int:
@@ -70,19 +99,22 @@ class Data:
     train: Split
     val: Split
     task: Task
-    feature_names: list[str]
-    feature_mean: torch.Tensor  # training statistics, saved with checkpoints for prediction
-    feature_std: torch.Tensor
+    encoding: Encoding  # training statistics and categories, saved with checkpoints
+
+    @property
+    def feature_names(self) -> list[str]:
+        return self.encoding.names
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return (self.train.features.shape[1],)
+        return self.encoding.input_shape
 
     def state_dict(self) -> dict:
         return {
-            "feature_names": self.feature_names,
-            "feature_mean": self.feature_mean,
-            "feature_std": self.feature_std,
+            "feature_names": self.encoding.names,
+            "feature_mean": self.encoding.mean,
+            "feature_std": self.encoding.std,
+            "encoding": self.encoding.state_dict(),
             "task": self.task.state_dict(),
         }
 
@@ -91,18 +123,45 @@ class Data:
 MAX_LINE_CHARS = 1 << 20  # one physical line: 10,000 columns of 100 characters still fit
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # features are stored as float32
 PARQUET_SUFFIXES = (".parquet", ".pq")  # read as Parquet; any other file as CSV
+# Cells that mean "no value" (after stripping spaces), in numeric and categorical columns.
+MISSING_CELLS = ("", "?", "NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None")
+# A categorical column's categories are numbered in a float32 column while the file is read:
+# exact up to 2**24.
+MAX_DISTINCT = 1 << 24
+
+
+@dataclass
+class Wanted:
+    """The columns to read from a file, by their place in its header."""
+
+    numeric: list[int]
+    categorical: list[int]
+    target: int | None
+    infer: bool = False  # True: a numeric column with a cell that is no number is categorical
+    missing: bool = False  # True: a missing numeric cell is nan; False: it is refused, named
+
+    def as_categorical(self, column: int) -> "Wanted":
+        numeric = [i for i in self.numeric if i != column]
+        categorical = sorted([*self.categorical, column])
+        return Wanted(numeric, categorical, self.target, self.infer, self.missing)
 
 
 @dataclass
 class Table:
-    """What a file gave: its column names, the columns picked from it, and their values."""
+    """What a file gave: its column names, the columns read from it, and their values."""
 
     path: str | Path
     header: list[str]
-    columns: list[int]  # the feature columns, in the order of the matrix's columns
-    features: torch.Tensor  # float32, (rows, len(columns))
+    wanted: Wanted  # as read: inference may have moved columns to the categorical ones
+    features: torch.Tensor  # float32, (rows, numeric + categorical columns), as Columns has it
+    values: list[list[str]]  # per categorical column, its values in order of appearance
     targets: Sequence  # one parsed target per row; empty when no target column was picked
     lines: Sequence[int] | None = None  # CSV read by the csv module: the line each row starts on
+
+    def columns(self) -> Columns:
+        numeric = [self.header[i] for i in self.wanted.numeric]
+        categorical = [self.header[i] for i in self.wanted.categorical]
+        return Columns(numeric, categorical, self.features, self.values)
 
     def where(self, row: int) -> str:
         """The place of a row (0: the first) for a message: file:line, or the file and row."""
@@ -124,32 +183,65 @@ class _BadTarget(Exception):
         self.row = row
 
 
-def read_table(path: str | Path, target: str) -> tuple[torch.Tensor, Sequence, list[str]]:
-    """Numeric feature columns and the parsed target column of a CSV or Parquet file."""
+class _TextIn(Exception):
+    """A numeric column that holds text: read the file again with it as categories."""
+
+    def __init__(self, column: int) -> None:
+        super().__init__(column)
+        self.column = column
+
+
+def in_memory(rows: int, width: int) -> np.ndarray:
+    return torch.empty(rows, width).numpy()
+
+
+def read_table(
+    path: str | Path,
+    target: str,
+    categorical: Sequence[str] = (),
+    drop: Sequence[str] = (),
+    missing: bool = True,
+    matrix: typing.Callable[[int, int], np.ndarray] = in_memory,
+) -> Table:
+    """The feature columns and the parsed target column of a CSV or Parquet file for training.
+
+    Every column but the target and the dropped ones is a feature: numeric, or categorical
+    when named in `categorical` or when a cell in it is text. matrix(rows, width) makes the
+    matrix Arrow fills (a Storage's, for a table that may not fit in memory).
+    """
     target = target.strip()  # as the column names are
 
-    def every_other_column(header: list[str]) -> tuple[list[int], int]:
+    def every_other_column(header: list[str]) -> Wanted:
         if target not in header:
             raise DataError(f"{path}: no column '{target}' (columns: {', '.join(header)})")
-        if len(header) < 2:
-            raise DataError(f"{path}: no feature columns besides '{target}'")
+        unknown = [name for name in [*categorical, *drop] if name not in header]
+        if unknown:
+            raise DataError(
+                f"{path}: no column '{unknown[0]}', which the categorical or drop setting names "
+                f"(columns: {', '.join(header)})"
+            )
         t = header.index(target)
-        return [i for i in range(len(header)) if i != t], t
+        features = [i for i, name in enumerate(header) if i != t and name not in drop]
+        if not features:
+            raise DataError(f"{path}: no feature columns besides '{target}'")
+        return Wanted(
+            numeric=[i for i in features if header[i] not in categorical],
+            categorical=[i for i in features if header[i] in categorical],
+            target=t,
+            infer=True,
+            missing=missing,
+        )
 
-    table = _read_file(path, every_other_column, "train on a sample of its rows")
-    return table.features, table.targets, [table.header[i] for i in table.columns]
+    return _read_file(path, every_other_column, "train on a sample of its rows", matrix)
 
 
-def _read_file(path: str | Path, pick, too_big: str) -> Table:
-    """The columns pick(header) chose of a CSV or Parquet file (chosen by its extension).
-
-    pick returns the feature columns and the target column (None: no target), or refuses.
-    """
+def _read_file(path: str | Path, pick, too_big: str, matrix=in_memory) -> Table:
+    """The columns pick(header) chose of a CSV or Parquet file (chosen by its extension)."""
     _check_regular_file(path)
     try:
         if str(path).lower().endswith(PARQUET_SUFFIXES):
-            return _read_parquet(path, pick)
-        return _read_csv(path, pick)
+            return _read_parquet(path, pick, matrix)
+        return _read_csv(path, pick, matrix)
     except OSError as err:
         reason = err.strerror or str(err).splitlines()[0]  # Arrow's errors have no strerror
         raise DataError(f"cannot read {path}: {reason}") from None
@@ -175,38 +267,96 @@ def _check_regular_file(path: str | Path) -> None:
         raise DataError(f"{path} is not a regular file (a device or pipe); save it to a CSV file")
 
 
+def _category(cell: str | None) -> str | None:
+    """A categorical cell's value, stripped as column names are; None when it is missing."""
+    if cell is None:
+        return None
+    value = cell.strip()
+    return None if value in MISSING_CELLS else value
+
+
+class _Categories:
+    """The values of one categorical column, numbered in the order they first appear."""
+
+    def __init__(self, path: str | Path, name: str) -> None:
+        self.path, self.name = path, name
+        self.numbers: dict[str, int] = {}
+
+    @property
+    def values(self) -> list[str]:
+        return list(self.numbers)
+
+    def number(self, cell: str | None) -> float:
+        value = _category(cell)
+        if value is None:
+            return math.nan
+        number = self.numbers.setdefault(value, len(self.numbers))
+        if number >= MAX_DISTINCT:
+            raise DataError(
+                f"{self.path}: column '{self.name}' has more than {MAX_DISTINCT} different "
+                f'values: an identifier, not a category; drop it (drop = "{self.name}")'
+            )
+        return number
+
+    def numbers_of(self, column: pa.Array) -> np.ndarray:
+        """The category numbers of an Arrow column of text (or of anything, as text)."""
+        if not pa.types.is_dictionary(column.type):
+            column = column.cast(pa.string()).dictionary_encode()
+        lookup = np.array(
+            [self.number(cell) for cell in column.dictionary.to_pylist()] + [math.nan],
+            dtype=np.float32,
+        )
+        # A null cell (Parquet's missing value) reads lookup's last entry: nan.
+        index = column.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
+        return lookup[index]
+
+
 # ---------------------------------------------------------------------------------------------
 # CSV: Arrow parses the file in C++, a block of rows at a time, straight into float32 columns.
 # A file it refuses, or with a cell our rules refuse, is read again by the csv module row by
 # row (as fast as before Arrow), which names the first bad cell by file:line:column, or reads
-# the cells Python reads and Arrow does not ('1_000', ' 2\n').
+# the cells Python reads and Arrow does not ('1_000', ' 2\n'). A numeric column found to hold
+# text becomes categorical, and the file is read again from the start.
 
 
-def _read_csv(path: str | Path, pick) -> Table:
+def _read_csv(path: str | Path, pick, matrix) -> Table:
     with _csv_records(path) as reader:
         raw = _read_header(reader, path)  # checked here, so that Arrow's header is valid
     header = [name.strip() for name in raw]
-    columns, t = pick(header)
-    try:
-        features, targets = _arrow_csv(path, raw, columns, t)
-        return Table(path, header, columns, features, targets)
-    except MemoryError:  # Arrow's too: the csv module would need more
-        raise
-    except (pa.ArrowException, _Recheck, _BadTarget):
-        pass
-    with _csv_records(path) as reader:
-        _read_header(reader, path)
-        return Table(path, header, columns, *_read_rows(reader, path, header, columns, t))
+    wanted = pick(header)
+    while True:
+        try:
+            return _arrow_csv(path, header, raw, wanted, matrix)
+        except MemoryError:  # Arrow's too: the csv module would need more
+            raise
+        except pa.ArrowInvalid as err:
+            column = _text_column(err, wanted)
+            if column is None:
+                break
+            wanted = wanted.as_categorical(column)
+        except (pa.ArrowException, _Recheck, _BadTarget):
+            break
+    while True:  # in memory: a file Arrow cannot read is no large one
+        with _csv_records(path) as reader:
+            _read_header(reader, path)
+            try:
+                return _read_rows(reader, path, header, wanted)
+            except _TextIn as found:
+                wanted = wanted.as_categorical(found.column)
 
 
-def _arrow_csv(path: str | Path, raw: list[str], columns: list[int], t: int | None):
-    """The features and targets as Arrow reads them; _Recheck where our rules need a closer look.
+def _arrow_csv(
+    path: str | Path, header: list[str], raw: list[str], wanted: Wanted, matrix
+) -> Table:
+    """The table as Arrow reads it; _Recheck where our rules need a closer look.
 
     Arrow streams the file a block of rows at a time into the matrix, so memory holds the
     matrix and a few blocks, never a whole table beside it.
     """
-    picked = [raw[i] for i in columns] + ([] if t is None else [raw[t]])
-    types = {raw[i]: pa.float32() for i in columns}
+    columns = wanted.numeric + wanted.categorical
+    t = wanted.target
+    types = {raw[i]: pa.float32() for i in wanted.numeric}
+    types |= {raw[i]: pa.dictionary(pa.int32(), pa.string()) for i in wanted.categorical}
     if t is not None:
         types[raw[t]] = TARGET_TYPE
     reader = arrow_csv.open_csv(
@@ -220,9 +370,10 @@ def _arrow_csv(path: str | Path, raw: list[str], columns: list[int], t: int | No
         parse_options=arrow_csv.ParseOptions(newlines_in_values=True),
         convert_options=arrow_csv.ConvertOptions(
             column_types=types,
-            include_columns=picked,  # in this order; other columns are not converted
-            # An empty cell or 'NA' is an error here, not a missing value.
-            null_values=[],
+            include_columns=[raw[i] for i in columns] + ([] if t is None else [raw[t]]),
+            # Missing numbers are null (then nan) only where missing cells are allowed; text
+            # cells (categories, labels) stay text, and _category reads them.
+            null_values=list(MISSING_CELLS) if wanted.missing else [],
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
         ),
@@ -230,26 +381,51 @@ def _arrow_csv(path: str | Path, raw: list[str], columns: list[int], t: int | No
     # Each row takes a line or more: rows beyond the last filled are never touched, so their
     # pages never take memory. (Lone \r line breaks can make more rows: the csv module reads
     # such a file.)
-    features = torch.empty(_count_lines(path), len(columns))
-    matrix = features.numpy()
+    matrix = matrix(_count_lines(path), len(columns))
+    features = torch.from_numpy(matrix)
+    categories = [_Categories(path, header[i]) for i in wanted.categorical]
+    k = len(wanted.numeric)
     target_chunks = []
     start = 0
     for batch in reader:
         end = start + batch.num_rows
         if end > len(features):
             raise _Recheck()
-        for j in range(len(columns)):
-            values = batch.column(j).to_numpy()
-            if not np.isfinite(values).all():  # nan, inf, or beyond float32 (1e39 reads as inf)
+        for j in range(k):
+            values = batch.column(j).to_numpy(zero_copy_only=False)
+            # inf, or beyond float32 (1e39 reads as inf); nan, where missing cells are refused
+            if np.isinf(values).any() or (not wanted.missing and np.isnan(values).any()):
                 raise _Recheck()
             matrix[start:end, j] = values
+        for j, column in enumerate(categories):
+            matrix[start:end, k + j] = column.numbers_of(batch.column(k + j))
         if t is not None:
             target_chunks.append(batch.column(len(columns)))
         start = end
     if start == 0:
         raise _Recheck()
     targets = empty_targets() if t is None else _targets(pa.chunked_array(target_chunks))
-    return features[:start], targets
+    values = [column.values for column in categories]
+    return Table(path, header, wanted, features[:start], values, targets)
+
+
+def _text_column(err: pa.ArrowInvalid, wanted: Wanted) -> int | None:
+    """The numeric column whose text cell Arrow's error names, where text makes categories.
+
+    None for any other error, and for a cell Python reads as a number or as missing ('1_000',
+    ' NA'): that is no text, and the csv module reads it.
+    """
+    found = re.match(r"In CSV column #(\d+): .*invalid value '(.*)'$", str(err), re.DOTALL)
+    if not wanted.infer or found is None:
+        return None
+    column = int(found[1])  # its place in the file's header
+    if column not in wanted.numeric or _category(found[2]) is None:
+        return None
+    try:
+        float(found[2])
+    except ValueError:
+        return column
+    return None
 
 
 def _count_lines(path: str | Path) -> int:
@@ -328,14 +504,37 @@ def _check_names(header: list[str], place: str) -> None:
         )
 
 
-def _read_rows(
-    reader, path: str | Path, header: list[str], columns: list[int], t: int | None
-) -> tuple[torch.Tensor, Sequence, array]:
-    """The float32 features of `columns`, in that order, the parsed targets of column t (none
-    when t is None), and the line each row starts on."""
+def _number(cell: str, place: str, name: str, wanted: Wanted, column: int) -> float:
+    """A numeric cell's value: nan where it is missing and that is allowed."""
+    if wanted.missing and cell.strip() in MISSING_CELLS:
+        return math.nan
+    try:
+        value = float(cell)
+    except ValueError:
+        if wanted.infer and cell.strip():
+            raise _TextIn(column) from None
+        problem = "is empty" if not cell.strip() else f"is not a number: {cell!r}"
+        fix = "every feature needs a number"
+        if not cell.strip():
+            fix += ', or set missing = "impute" to fill it in'
+        raise DataError(f"{place}: column '{name}' {problem}; {fix}") from None
+    if wanted.missing and math.isnan(value):
+        return value
+    if not -FLOAT32_MAX <= value <= FLOAT32_MAX:  # also false for nan
+        raise DataError(
+            f"{place}: column '{name}' is {cell!r}, not a finite float32 number (at most "
+            "3.4e38); fix or drop the row"
+        )
+    return value
+
+
+def _read_rows(reader, path: str | Path, header: list[str], wanted: Wanted) -> Table:
+    """The table read by the csv module, row by row, each row's line kept for messages."""
     features = array("f")
+    categories = [_Categories(path, header[i]) for i in wanted.categorical]
     targets = empty_targets()
     lines = array("q")
+    t = wanted.target
     while True:
         first_line, row = _next_row(reader, path)
         if row is None:
@@ -344,22 +543,11 @@ def _read_rows(
             continue  # a blank line, e.g. at the end of the file
         if len(row) != len(header):
             raise DataError(f"{path}:{first_line}: {len(row)} fields, the header has {len(header)}")
-        for i in columns:
-            cell = row[i]
-            try:
-                value = float(cell)
-            except ValueError:
-                problem = "is empty" if not cell.strip() else f"is not a number: {cell!r}"
-                raise DataError(
-                    f"{path}:{first_line}:{i + 1}: column '{header[i]}' {problem}; "
-                    "every feature needs a number"
-                ) from None
-            if not -FLOAT32_MAX <= value <= FLOAT32_MAX:  # also false for nan
-                raise DataError(
-                    f"{path}:{first_line}:{i + 1}: column '{header[i]}' is {cell!r}, not a "
-                    "finite float32 number (at most 3.4e38); fix or drop the row"
-                )
-            features.append(value)
+        for i in wanted.numeric:
+            place = f"{path}:{first_line}:{i + 1}"
+            features.append(_number(row[i], place, header[i], wanted, i))
+        for i, column in zip(wanted.categorical, categories, strict=True):
+            features.append(column.number(row[i]))
         lines.append(first_line)
         if t is None:
             continue
@@ -369,8 +557,10 @@ def _read_rows(
             raise DataError(f"{path}:{first_line}:{t + 1}: target '{header[t]}' {err}") from None
     if not lines:
         raise DataError(f"{path}: needs a header row and at least one data row")
-    matrix = torch.frombuffer(features, dtype=torch.float32).view(len(lines), len(columns))
-    return matrix, targets, lines
+    width = len(wanted.numeric) + len(wanted.categorical)
+    matrix = torch.frombuffer(features, dtype=torch.float32).view(len(lines), width)
+    values = [column.values for column in categories]
+    return Table(path, header, wanted, matrix, values, targets, lines)
 
 
 def _line_of(path: str | Path, row: int) -> int:
@@ -386,13 +576,14 @@ def _line_of(path: str | Path, row: int) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Parquet: typed columns, read a column of a row group at a time into the feature matrix. A
-# row is named by its number (1: the first), as Parquet files have no lines.
+# row is named by its number (1: the first), as Parquet files have no lines. Text columns are
+# categorical; numbers and booleans numeric.
 
 
-def _read_parquet(path: str | Path, pick) -> Table:
+def _read_parquet(path: str | Path, pick, matrix) -> Table:
     with open(path, "rb") as f:  # opened here, so that the OS's own words name a failure
         try:
-            return _read_row_groups(parquet.ParquetFile(f), path, pick)
+            return _read_row_groups(parquet.ParquetFile(f), path, pick, matrix)
         except MemoryError:  # Arrow's too
             raise
         except (pa.ArrowException, OSError) as err:  # not Parquet, or damaged
@@ -404,55 +595,89 @@ def _read_parquet(path: str | Path, pick) -> Table:
             ) from None
 
 
-def _read_row_groups(file: parquet.ParquetFile, path: str | Path, pick) -> Table:
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _read_row_groups(file: parquet.ParquetFile, path: str | Path, pick, matrix) -> Table:
     """The picked columns of an open Parquet file, checked as they are copied."""
     schema = file.schema_arrow
     # pandas stores a named index as a column: it numbers the rows and is no feature.
     index = (schema.pandas_metadata or {}).get("index_columns", [])
     header = [name for name in schema.names if name not in index]
     _check_names(header, str(path))
-    columns, t = pick(header)
-    for i in columns:
+    wanted = pick(header)
+    for i in list(wanted.numeric):
         kind = schema.field(header[i]).type
-        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        if wanted.infer and _is_text(kind):
+            wanted = wanted.as_categorical(i)
+        elif wanted.infer and not _is_number(kind):
             raise DataError(
-                f"{path}: column '{header[i]}' holds {kind} values, not numbers; every feature "
-                "needs a number (encode text columns as numbers, or drop them)"
+                f"{path}: column '{header[i]}' holds {kind} values, neither numbers nor text; "
+                f'convert it, or drop it (drop = "{header[i]}")'
+            )
+        elif not _is_number(kind):
+            what = "text" if _is_text(kind) else f"{kind} values"
+            raise DataError(
+                f"{path}: column '{header[i]}' holds {what}, not numbers; the model was trained "
+                "on numbers in it"
             )
     rows = file.metadata.num_rows
     if rows == 0:
         raise DataError(f"{path}: needs at least one row")
-    features = torch.empty(rows, len(columns))
-    matrix = features.numpy()
+    k = len(wanted.numeric)
+    matrix = matrix(rows, k + len(wanted.categorical))
+    features = torch.from_numpy(matrix)
+    categories = [_Categories(path, header[i]) for i in wanted.categorical]
+    t = wanted.target
     target_chunks = []
     start = 0
     # A column of a row group at a time: memory holds the matrix and one such column.
     for group in range(file.num_row_groups):
         end = start + file.metadata.row_group(group).num_rows
-        for j, i in enumerate(columns):
+        for j, i in enumerate(wanted.numeric):
             column = file.read_row_group(group, columns=[header[i]]).column(0)
-            matrix[start:end, j] = _checked(column, path, start, header[i])
+            matrix[start:end, j] = _checked(column, path, start, header[i], wanted.missing)
+        for j, i in enumerate(wanted.categorical):
+            column = file.read_row_group(group, columns=[header[i]]).column(0)
+            numbers = [categories[j].numbers_of(chunk) for chunk in column.chunks]
+            matrix[start:end, k + j] = np.concatenate(numbers) if numbers else np.nan
         if t is not None:
             target_chunks += file.read_row_group(group, columns=[header[t]]).column(0).chunks
         start = end
+    values = [column.values for column in categories]
     if t is None:
-        return Table(path, header, columns, features, empty_targets())
+        return Table(path, header, wanted, features, values, empty_targets())
     try:
         targets = _targets(pa.chunked_array(target_chunks, type=schema.field(header[t]).type))
     except _BadTarget as err:
         raise DataError(f"{path}: row {err.row + 1}: target '{header[t]}' {err}") from None
-    return Table(path, header, columns, features, targets)
+    return Table(path, header, wanted, features, values, targets)
 
 
-def _checked(column: pa.ChunkedArray, path: str | Path, start: int, name: str) -> np.ndarray:
-    """A numeric column's values; an empty cell or one no finite float32 holds is refused."""
-    if column.null_count:
+def _checked(
+    column: pa.ChunkedArray, path: str | Path, start: int, name: str, missing: bool
+) -> np.ndarray:
+    """A numeric column's values (nan: missing, where allowed); a cell no finite float32
+    holds is refused, and so is a missing one where that is not allowed."""
+    if pa.types.is_boolean(column.type):
+        column = column.cast(pa.float32())
+    if column.null_count and not missing:
         row = start + int(column.is_null().to_numpy(zero_copy_only=False).argmax())
         raise DataError(
-            f"{path}: row {row + 1}: column '{name}' is empty; every feature needs a number"
+            f"{path}: row {row + 1}: column '{name}' is empty; every feature needs a number, "
+            'or set missing = "impute" to fill it in'
         )
     values = column.to_numpy()
     fits = np.abs(values) <= FLOAT32_MAX  # also false for nan
+    if missing:
+        fits |= np.isnan(values)
     if not fits.all():
         row = int(fits.argmin())
         raise DataError(
@@ -485,13 +710,22 @@ def _parse_each(column: pa.ChunkedArray) -> list:
 
 
 def load_data(cfg) -> Data:
-    """The data of a run: read or made, split, and standardised with training statistics only."""
+    """The data of a run: read or made, split, and encoded with training statistics only."""
     generator = torch.Generator().manual_seed(cfg.seed)  # split and synthetic data follow the seed
+    storage = Storage(cfg.memory_budget_mb, cfg.out)
     if cfg.data:
-        features, raw_targets, names = read_table(cfg.data, cfg.target)
+        table = read_table(
+            cfg.data,
+            cfg.target,
+            categorical=column_names(cfg.categorical),
+            drop=column_names(cfg.drop),
+            missing=cfg.missing == "impute",
+            matrix=storage.matrix,
+        )
+        columns, raw_targets = table.columns(), table.targets
     else:
         features, raw_targets = make_synthetic(cfg, generator)
-        names = [f"x{i}" for i in range(features.shape[1])]
+        columns = Columns([f"x{i}" for i in range(features.shape[1])], [], features, [])
     n = len(raw_targets)
     n_val = round(n * cfg.val_fraction)
     if n_val < 1 or n - n_val < 1:
@@ -500,48 +734,51 @@ def load_data(cfg) -> Data:
     train_index, val_index = order[n_val:], order[:n_val]
     try:
         task, targets = Task.from_targets(raw_targets, train_index)
+        encoding = Encoding.fit(columns, train_index, cfg.max_categories, cfg.missing == "impute")
     except ValueError as err:
         raise DataError(f"{cfg.data}: {err}" if cfg.data else str(err)) from None
     try:
-        train = features[train_index]
-        mean = train.mean(dim=0)
-        std = train.std(dim=0) if len(train_index) > 1 else torch.ones_like(mean)
-        std = torch.where(std > 0, std, torch.ones_like(std))  # constant columns stay as they are
-        del train
-        features.sub_(mean).div_(std)  # in place: a large table is not copied once more
+        features = encoding.apply(columns, storage.matrix)  # in place, unless columns are added
+        if cfg.data:  # what the run made of the file, and where the table is kept
+            print(f"data: {n} rows of {cfg.data}; {encoding.describe()}", flush=True)
+            print(f"data: {storage.describe()}", flush=True)
+        if storage.on_disk:  # the splits read their rows of the mapped table batch by batch
+            train, val = Rows(features, train_index), Rows(features, val_index)
+        else:
+            train, val = features[train_index], features[val_index]
         return Data(
-            train=Split(features[train_index], targets[train_index]),
-            val=Split(features[val_index], targets[val_index]),
+            train=Split(train, targets[train_index]),
+            val=Split(val, targets[val_index]),
             task=task,
-            feature_names=names,
-            feature_mean=mean,
-            feature_std=std,
+            encoding=encoding,
         )
     except RuntimeError as err:
         if "allocate" not in str(err):  # torch's words for a failed CPU or GPU allocation
             raise
-        shape = f"{n} samples x {features.shape[1]} features"
+        shape = f"{n} samples x {columns.features.shape[1]} features"
         raise DataError(f"{shape} do not fit in memory; train on a sample of the rows") from None
 
 
 class NewData:
-    """CSV or Parquet files the model has not seen, standardised with its training statistics."""
+    """CSV or Parquet files the model has not seen, encoded as its training data was."""
 
     def __init__(self, state: dict, cfg) -> None:
-        self.feature_names = list(state["feature_names"])
-        self.mean, self.std = state["feature_mean"], state["feature_std"]
+        self.encoding = Encoding.from_state(state)
+        self.feature_names = self.encoding.names
         self.target = cfg.target.strip()
-        self.input_shape = (len(self.feature_names),)
+        self.input_shape = self.encoding.input_shape
 
     def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
         """The rows of a CSV or Parquet file; ids are row numbers (1: the first data row).
 
         Feature columns are found by name, in any order; other columns are ignored, and so is
         the target column unless labelled. A missing feature column is refused: filling it in
-        would predict from a value the model never saw.
+        would predict from a value the model never saw. A category training never saw is the
+        unknown category.
         """
+        encoding = self.encoding
 
-        def training_columns(header: list[str]) -> tuple[list[int], int | None]:
+        def training_columns(header: list[str]) -> Wanted:
             missing = [name for name in self.feature_names if name not in header]
             if missing:
                 raise DataError(
@@ -554,18 +791,22 @@ class NewData:
                     f"{path}: no target column '{self.target}'; evaluation compares "
                     "predictions with it (predict needs no target)"
                 )
-            columns = [header.index(name) for name in self.feature_names]
-            return columns, header.index(self.target) if labelled else None
+            return Wanted(
+                numeric=[header.index(name) for name in encoding.numeric],
+                categorical=[header.index(name) for name in encoding.categories],
+                target=header.index(self.target) if labelled else None,
+                missing=encoding.impute,
+            )
 
         table = _read_file(path, training_columns, "split it into parts")
-        features, rows = table.features, len(table.features)
+        rows = len(table.features)
         targets = torch.arange(rows)  # unlabelled: each row's position (interface.py)
         if labelled:
             try:
                 targets = task.encode_labels(list(table.targets))
             except UnknownLabel as err:
                 raise DataError(f"{table.where(err.index)}: {err}") from None
-        features.sub_(self.mean).div_(self.std)  # the training statistics, as in training
+        features = encoding.apply(table.columns())  # the training statistics, as in training
         far = (~features.isfinite().all(dim=1)).nonzero()
         if len(far):  # e.g. 3e38 where training saw values near 1: inf once standardised
             raise DataError(

@@ -11,9 +11,21 @@ import torch
 from pyarrow import parquet
 
 from classification_distributed import predict
-from classification_distributed.data import MISSING_CELLS, DataError, NewData, load_data
-from classification_distributed.encoding import MISSING, UNKNOWN
-from classification_distributed.model import ONE_HOT_MAX, build_model, embedding_dim
+from classification_distributed.data import (
+    MISSING_CELLS,
+    DataError,
+    NewData,
+    load_data,
+)
+from classification_distributed.encoding import (
+    MISSING,
+    UNKNOWN,
+)
+from classification_distributed.model import (
+    ONE_HOT_MAX,
+    build_model,
+    embedding_dim,
+)
 from classification_distributed.train import fit
 
 COLORS = ["red", "green", "blue", "cyan", "teal"]

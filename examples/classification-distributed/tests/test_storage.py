@@ -7,7 +7,10 @@ import random
 import pytest
 import torch
 
-from classification_distributed.storage import Rows, Storage
+from classification_distributed.storage import (
+    Rows,
+    Storage,
+)
 from classification_distributed.train import fit
 
 

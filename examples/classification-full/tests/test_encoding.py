@@ -11,9 +11,21 @@ import torch
 from pyarrow import parquet
 
 from classification_full import predict
-from classification_full.data import MISSING_CELLS, DataError, NewData, load_data
-from classification_full.encoding import MISSING, UNKNOWN
-from classification_full.model import ONE_HOT_MAX, build_model, embedding_dim
+from classification_full.data import (
+    MISSING_CELLS,
+    DataError,
+    NewData,
+    load_data,
+)
+from classification_full.encoding import (
+    MISSING,
+    UNKNOWN,
+)
+from classification_full.model import (
+    ONE_HOT_MAX,
+    build_model,
+    embedding_dim,
+)
 from classification_full.train import fit
 
 COLORS = ["red", "green", "blue", "cyan", "teal"]

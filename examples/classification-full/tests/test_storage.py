@@ -7,7 +7,10 @@ import random
 import pytest
 import torch
 
-from classification_full.storage import Rows, Storage
+from classification_full.storage import (
+    Rows,
+    Storage,
+)
 from classification_full.train import fit
 
 

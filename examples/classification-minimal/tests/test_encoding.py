@@ -11,9 +11,21 @@ import torch
 from pyarrow import parquet
 
 from classification_minimal import predict
-from classification_minimal.data import MISSING_CELLS, DataError, NewData, load_data
-from classification_minimal.encoding import MISSING, UNKNOWN
-from classification_minimal.model import ONE_HOT_MAX, build_model, embedding_dim
+from classification_minimal.data import (
+    MISSING_CELLS,
+    DataError,
+    NewData,
+    load_data,
+)
+from classification_minimal.encoding import (
+    MISSING,
+    UNKNOWN,
+)
+from classification_minimal.model import (
+    ONE_HOT_MAX,
+    build_model,
+    embedding_dim,
+)
 from classification_minimal.train import fit
 
 COLORS = ["red", "green", "blue", "cyan", "teal"]

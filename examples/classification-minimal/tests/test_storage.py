@@ -7,7 +7,10 @@ import random
 import pytest
 import torch
 
-from classification_minimal.storage import Rows, Storage
+from classification_minimal.storage import (
+    Rows,
+    Storage,
+)
 from classification_minimal.train import fit
 
 

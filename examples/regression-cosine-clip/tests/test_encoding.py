@@ -11,9 +11,21 @@ import torch
 from pyarrow import parquet
 
 from regression_cosine_clip import predict
-from regression_cosine_clip.data import MISSING_CELLS, DataError, NewData, load_data
-from regression_cosine_clip.encoding import MISSING, UNKNOWN
-from regression_cosine_clip.model import ONE_HOT_MAX, build_model, embedding_dim
+from regression_cosine_clip.data import (
+    MISSING_CELLS,
+    DataError,
+    NewData,
+    load_data,
+)
+from regression_cosine_clip.encoding import (
+    MISSING,
+    UNKNOWN,
+)
+from regression_cosine_clip.model import (
+    ONE_HOT_MAX,
+    build_model,
+    embedding_dim,
+)
 from regression_cosine_clip.train import fit
 
 COLORS = ["red", "green", "blue", "cyan", "teal"]

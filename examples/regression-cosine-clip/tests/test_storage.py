@@ -7,7 +7,10 @@ import random
 import pytest
 import torch
 
-from regression_cosine_clip.storage import Rows, Storage
+from regression_cosine_clip.storage import (
+    Rows,
+    Storage,
+)
 from regression_cosine_clip.train import fit
 
 

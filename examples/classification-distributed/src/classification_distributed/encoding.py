@@ -127,8 +127,8 @@ class Encoding:
             target = out[start : start + CHUNK_ROWS]  # part itself when nothing is added
             target[:, :k] = (numbers - self.mean) / self.std
             target[:, k : k + len(flagged)] = indicators
-            for j, numbers in enumerate(codes):
-                target[:, k + len(flagged) + j] = numbers
+            for j, column in enumerate(codes):
+                target[:, k + len(flagged) + j] = column
         return out
 
     def state_dict(self) -> dict:

@@ -92,3 +92,34 @@ def test_quick_tabular_benchmarks_read_and_train_a_mixed_table(tmp_path):
     report = (tmp_path / "tabular_fit.md").read_text()
     assert "The disk path's metrics.csv equals the memory path's: True." in report
     assert "memory-mapped from a file in" in report and "predict on 5,000 new rows" in report
+
+
+def test_quick_epoch_costs_benchmark_writes_its_table(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/epoch_costs.py", "--quick", "--out", str(tmp_path)],
+        REPO,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "epoch_costs.md").read_text()
+    assert "Command: `python benchmarks/epoch_costs.py --quick --out " in table
+    number = r"\d+\.\d\d \(\d+\.\d\d-\d+\.\d\d\)"
+    for task in TASKS:
+        for row in (
+            "generated train_one_epoch / minimal loop, same fused AdamW and batches",
+            "whole fit (checkpoint_every_s 10, the default) / minimal train+validate",
+            "whole fit (checkpoint_every_s 0: every epoch written) / minimal train+validate",
+        ):
+            assert re.search(rf"\| {re.escape(task)} \| {re.escape(row)} \| {number} \|", table)
+        for step in (
+            "evaluate (validation pass with the task's metrics)",
+            "write_metrics (metrics.csv, not fsync'd)",
+            "save_checkpoint last.pt (fsync'd)",
+            "save_checkpoint last.pt without fsync",
+            "best.pt: a second save_checkpoint",
+            "best.pt: link_checkpoint to last.pt",
+            "copy of an epoch kept in memory, not written",
+        ):
+            assert re.search(
+                rf"\| {re.escape(task)} \| \| {re.escape(step)} \| \d+\.\d\d \| ", table
+            )

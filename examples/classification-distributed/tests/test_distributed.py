@@ -24,6 +24,7 @@ SRC = HERE.parent / "src"
 # An odd batch size: the 2 ranks' parts differ by a sample in every batch (M2).
 SETTINGS = ["--device", "cpu", "--set", "dropout=0", "--set", "dist_timeout=15"]
 SETTINGS += ["--set", "batch_size=25"]
+EVERY_EPOCH = ["--set", "checkpoint_every_s=0"]  # last.pt written after each epoch
 SETTINGS += [flag for value in task_cases.SMALL for flag in ("--set", value)]
 EPOCHS = 3
 # Measured: 2 ranks against 1 process after 3 epochs differ by at most ~1e-7 in a weight
@@ -74,10 +75,9 @@ def two_ranks(tmp_path_factory) -> dict:
     out = tmp / "run"
     try:
         # A run that fails or hangs here: the ranks disagreed (M3, M4) or did not stop
-        # together (M8).
-        records = launch(
-            tmp, 2, *SETTINGS, "--epochs", str(EPOCHS), "--out", str(out), rule="M3/M4/M8"
-        )
+        # together (M8). Every epoch written, so that rank 0 alone is seen writing each (M5).
+        run = [*SETTINGS, *EVERY_EPOCH, "--epochs", str(EPOCHS), "--out", str(out)]
+        records = launch(tmp, 2, *run, rule="M3/M4/M8")
     except AssertionError:
         if (out / "last.pt").exists():  # a run that saved a wrong checkpoint may crash later
             no_prefix(out / "last.pt")
@@ -229,8 +229,10 @@ def test_a_two_process_checkpoint_resumes_in_one_and_in_two(two_ranks, tmp_path)
 
 def test_M8_a_rank_that_fails_stops_the_others(tmp_path):
     # Rank 1 raises in epoch 2; rank 0 must not wait for it: torchrun stops it, or, failing
-    # that, dist_timeout. The launch fails within seconds, and last.pt keeps epoch 1.
-    run = [*SETTINGS, "--epochs", str(EPOCHS), "--out", str(tmp_path / "run")]
+    # that, dist_timeout. The launch fails within seconds, and last.pt keeps epoch 1 (written
+    # after every epoch here: a rank stopped by torchrun is killed, and a kill loses the
+    # epochs since the last write).
+    run = [*SETTINGS, *EVERY_EPOCH, "--epochs", str(EPOCHS), "--out", str(tmp_path / "run")]
     started = time.perf_counter()
     launch(tmp_path, 2, *run, env={"CRASH_IN_EPOCH": "2"}, expect=1)
     seconds = time.perf_counter() - started

@@ -22,7 +22,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 SEEDS = [5, 2718]
 # A small run: the point is the order of events, not the learning.
 SMALL = [flag for value in task_cases.SMALL for flag in ("--set", value)]
-SETTINGS = ["--epochs", "4", "--device", "cpu", *SMALL]
+# Every epoch written (checkpoint_every_s 0), so that epoch 2 is being written when it dies.
+SETTINGS = ["--epochs", "4", "--device", "cpu", "--set", "checkpoint_every_s=0", *SMALL]
 
 # Runs `python -m PACKAGE.train ARGS` once per JSON argument list, each in a process of its
 # own forked from this one, which has paid for importing torch once; prints the exit codes.

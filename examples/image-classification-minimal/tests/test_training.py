@@ -43,7 +43,8 @@ def test_command_line_run_writes_metrics_and_checkpoints(cfg, tmp_path, capsys):
 
 
 def test_resumed_run_ends_where_an_uninterrupted_run_ends(cfg, tmp_path, monkeypatch):
-    cfg = dataclasses.replace(cfg, epochs=4, device="cpu")
+    # Every epoch written, so that epoch 2's last.pt exists to crash after.
+    cfg = dataclasses.replace(cfg, epochs=4, device="cpu", checkpoint_every_s=0.0)
     full = train.fit(dataclasses.replace(cfg, out=str(tmp_path / "full")))
 
     # Crash right after the checkpoint of epoch 2 has been written.

@@ -165,7 +165,7 @@ def test_tensorboard_on_writes_each_epoch_row_as_scalars(tmp_path):
 
 def test_a_resumed_run_hides_the_events_logged_after_its_checkpoint(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    cfg = small_config(out, "epochs=3", "tensorboard=true")
+    cfg = small_config(out, "epochs=3", "tensorboard=true", "checkpoint_every_s=0")
     save = train.save_checkpoint
 
     def stop_before_epoch_2_is_saved(state, path):

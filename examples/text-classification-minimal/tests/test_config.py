@@ -69,6 +69,11 @@ BAD_VALUES = [
     ("epochs=1000001", "epochs = 1000001", "epochs must be between 1 and 1000000"),
     ("batch_size=0", "batch_size = 0", "batch_size must be between 1 and 100000000"),
     ("device=tpu", 'device = "tpu"', "device must be auto, cpu or cuda"),
+    (
+        "checkpoint_every_s=-1",
+        "checkpoint_every_s = -1.0",
+        "checkpoint_every_s must be between 0 and 1000000",
+    ),
 ]
 
 

@@ -2,6 +2,8 @@
 
 import os
 import re
+import secrets
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -11,7 +13,8 @@ from typing import BinaryIO
 import torch
 
 # write_atomically's temporary files are ".<name>.<8 random characters>.tmp" (tempfile.mkstemp)
-# for checkpoints and metrics.csv; remove_stale_temporaries recognises exactly these.
+# for checkpoints and metrics.csv, and link_checkpoint's are named the same way (8 hex digits);
+# remove_stale_temporaries recognises exactly these.
 TEMPORARY_SUFFIX = ".tmp"
 TEMPORARY_NAME = re.compile(r"\.(?:.+\.pt|metrics\.csv)\.[a-z0-9_]{8}\.tmp")
 # torch writes zip archives: a file that starts like one but fails to load was cut short.
@@ -53,6 +56,41 @@ def current_umask() -> int:
 def save_checkpoint(state: dict, path: str | Path) -> None:
     """Write `state` to `path` atomically and durably (C2)."""
     write_atomically(path, lambda f: torch.save(state, f))
+
+
+def link_checkpoint(source: str | Path, path: str | Path) -> None:
+    """Make `path` name the same checkpoint as `source`, atomically (C2): best.pt after an epoch
+    that improved is last.pt's file, linked rather than serialised and written a second time.
+
+    `path` keeps its content when `source` is later replaced, as save_checkpoint always does
+    (a new file renamed over it, never a rewrite in place). Where the filesystem has no hard
+    links, `path` gets a durable copy instead.
+    """
+    source, path = Path(source), Path(path)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{TEMPORARY_SUFFIX}"
+    try:
+        os.link(source, tmp)
+    except OSError:  # e.g. FAT or some network shares
+        with open(source, "rb") as original:
+            write_atomically(path, lambda f: shutil.copyfileobj(original, f))
+        return
+    try:
+        os.replace(tmp, path)
+    finally:
+        # rename does nothing when both names already link one file, and leaves `tmp`.
+        tmp.unlink(missing_ok=True)
+
+
+def copy_to_cpu(value):
+    """A copy of a checkpoint's state that later training steps cannot change: every tensor
+    copied to the CPU, every dict, list and tuple rebuilt; other values are immutable."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: copy_to_cpu(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(copy_to_cpu(item) for item in value)
+    return value
 
 
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:

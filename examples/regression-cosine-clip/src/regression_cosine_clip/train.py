@@ -17,6 +17,8 @@ from tqdm import tqdm
 from . import TEMPLATE_VERSION
 from .checkpoint import (
     CheckpointError,
+    copy_to_cpu,
+    link_checkpoint,
     load_checkpoint,
     remove_stale_temporaries,
     require_keys,
@@ -64,6 +66,7 @@ CHANGEABLE_ON_RESUME = (
     "out",
     "progress",
     "tensorboard",
+    "checkpoint_every_s",
 )
 
 
@@ -137,13 +140,79 @@ def write_metrics(path: Path, history: list[dict]) -> None:
     """Rewrite metrics.csv from the history (a resumed run drops epochs after its checkpoint).
 
     Written beside it and renamed, like a checkpoint: Ctrl-C never leaves half a file. Not
-    fsync'd: the next epoch rewrites it, and last.pt holds the same history durably.
+    fsync'd: the next write rewrites it, and last.pt holds the same history durably.
     """
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=list(history[0]))
     writer.writeheader()
     writer.writerows(history)
     write_atomically(path, lambda f: f.write(text.getvalue().encode()), fsync=False)
+
+
+# The entries of a checkpoint's state that the next epoch changes in place.
+LIVE_STATE = ("model", "optimizer", "scheduler", "scaler")
+
+
+class RunWriter:
+    """Writes last.pt, best.pt and metrics.csv at the end of an epoch, at most every `every_s`
+    seconds (0: every epoch), and always after the run's last epoch.
+
+    An epoch left unwritten is kept as a copy on the CPU and written when the run stops in
+    Python (an early stop, Ctrl-C, a diverged loss): only a kill or a power cut loses epochs,
+    at most `every_s` seconds of them, which a resumed run trains again to the same bits (S5).
+    best.pt always holds the best of the epochs up to last.pt's (R13).
+    """
+
+    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0) -> None:
+        self.out, self.every_s, self.saved_epoch = out, every_s, saved_epoch
+        self.written_at = time.monotonic()
+        self.pending: dict | None = None  # the newest epoch's state, when not yet written
+        self.best: dict | None = None  # the best epoch's state, when best.pt lacks it
+
+    def end_epoch(self, state: dict, improved: bool, final: bool) -> None:
+        """Write this epoch's state now if it is due, else keep a copy of it."""
+        if final or time.monotonic() - self.written_at >= self.every_s:
+            self.write(state, improved)
+            return
+        # Training changes these in place; the other entries are built afresh each epoch.
+        live = {key: copy_to_cpu(state[key]) for key in LIVE_STATE if key in state}
+        self.pending = {**state, **live}
+        if improved:
+            self.best = self.pending
+
+    def flush(self) -> None:
+        """Write the epoch kept in memory, if any: last.pt then holds the last finished one."""
+        if self.pending is not None:
+            self.write(self.pending, improved=self.pending is self.best)
+
+    def flush_or_keep(self) -> None:
+        """flush() for a run that is stopping: a second Ctrl-C or a full disk leaves last.pt
+        with the epoch it has (whole, C2), and the run's own error is the one reported."""
+        try:
+            self.flush()
+        except (KeyboardInterrupt, OSError):
+            pass
+        except RuntimeError as err:  # torch.save turns a Ctrl-C in its writer into one
+            if not caused_by_ctrl_c(err):
+                raise
+
+    def kept(self) -> str:
+        """What a run that stops on an error has saved, for its message."""
+        last = self.out / "last.pt"
+        return f"{last} keeps epoch {self.saved_epoch}" if last.exists() else "nothing was saved"
+
+    def write(self, state: dict, improved: bool) -> None:
+        best, self.pending, self.best = self.best, None, None
+        if best is not None and not improved:
+            # An earlier, unwritten epoch was the best: best.pt gets it before last.pt, which
+            # names it as its best epoch (a resume with early stopping reads it, R13).
+            save_checkpoint(best, self.out / "best.pt")
+        save_checkpoint(state, self.out / "last.pt")
+        self.saved_epoch = state["epoch"]
+        if improved:  # the same state: a second name for last.pt's file, not a second write
+            link_checkpoint(self.out / "last.pt", self.out / "best.pt")
+        write_metrics(self.out / "metrics.csv", state["history"])
+        self.written_at = time.monotonic()
 
 
 def format_row(row: dict, improved: bool, seconds: float, epochs: int) -> str:
@@ -308,6 +377,16 @@ def load_best(checkpoint: dict, path: Path) -> dict:
     return best
 
 
+def relink_best(checkpoint: dict, path: Path, out: Path) -> None:
+    """Give best.pt back its epoch when a run was killed between writing last.pt and linking
+    best.pt to it: the resumed last.pt names itself as the best epoch (R13)."""
+    last, best = out / "last.pt", out / "best.pt"
+    if checkpoint["best_epoch"] != checkpoint["epoch"] or not last.is_file():
+        return
+    if last.samefile(path) and not (best.exists() and best.samefile(last)):
+        link_checkpoint(last, best)
+
+
 def check_same_data(checkpoint: dict, data, path: Path) -> None:
     """Refuse to resume on data other than the run's (a CSV file edited since, for instance)."""
     saved = checkpoint["data"] if isinstance(checkpoint["data"], dict) else {}
@@ -422,6 +501,7 @@ def fit(
         best_epoch, best_val_loss = checkpoint["best_epoch"], checkpoint["best_val_loss"]
         history = list(checkpoint["history"])
         print(apply_resume_settings(cfg, checkpoint, optimizer, scheduler), flush=True)
+        relink_best(checkpoint, checkpoint_path, out)
 
     show_bar = cfg.progress and sys.stderr.isatty()  # a bar only where someone watches it
     writer = None
@@ -430,6 +510,8 @@ def fit(
         # from this epoch on (those a resumed run trains again, or an overwritten run's).
         writer = summary_writer(str(out / "tensorboard"), purge_step=start_epoch)
 
+    files = RunWriter(out, cfg.checkpoint_every_s, saved_epoch=start_epoch - 1)
+    settings, data_state = dataclasses.asdict(cfg), data.state_dict()  # the same every epoch
     epoch, bar = start_epoch, None
     try:
         for epoch in range(start_epoch, cfg.epochs + 1):
@@ -460,7 +542,6 @@ def fit(
             row = {"epoch": epoch, "lr": lr, "train_loss": train["loss"], "val_loss": val["loss"]}
             row.update({f"val_{name}": val[name] for name in METRICS})
             history.append(row)
-            write_metrics(out / "metrics.csv", history)
             if writer is not None:
                 log_epoch(writer, row)
 
@@ -472,40 +553,36 @@ def fit(
                 "global_step": epoch * len(train_batches),
                 "best_epoch": best_epoch,
                 "best_val_loss": best_val_loss,
-                "history": history,
+                "history": list(history),  # a copy: the next epochs append to `history`
                 "rng": rng_state(),
                 "batch_rng": train_batches.generator.get_state(),
-                "config": dataclasses.asdict(cfg),
-                "data": data.state_dict(),
+                "config": settings,
+                "data": data_state,
                 "run_id": run_id,
                 "project": PROJECT,
                 "template_version": TEMPLATE_VERSION,
             }
-            save_checkpoint(state, out / "last.pt")
-            if improved:
-                save_checkpoint(state, out / "best.pt")
+            files.end_epoch(state, improved, final=epoch == cfg.epochs)
             seconds = time.perf_counter() - started
             print(format_row(row, improved, seconds, cfg.epochs), flush=True)
     except (KeyboardInterrupt, RuntimeError) as err:
         if not caused_by_ctrl_c(err):
             raise
+        files.flush_or_keep()  # the last finished epoch, if it was kept in memory
         # last.pt is whole (C2) and, as prepare_out checked, this run's, if it exists at all.
         # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
         remove_stale_temporaries(out)
         raise Interrupted(epoch, saved=(out / "last.pt").exists()) from None
     except OSError as err:  # a full disk, or --out removed during the run
-        saved = (out / "last.pt").exists()
-        kept = f"{out / 'last.pt'} keeps epoch {epoch - 1}" if saved else "nothing was saved"
         raise ConfigError(
-            f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {kept}"
+            f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
         ) from None
     except NonFiniteLoss as err:
         step = f", step {err.step} of {len(train_batches)}" if err.step else ""
-        saved = (out / "last.pt").exists()
-        kept = f"{out / 'last.pt'} keeps epoch {epoch - 1}" if saved else "nothing was saved"
+        files.flush_or_keep()  # the last good epoch, if it was kept in memory
         raise TrainingDiverged(
-            f"{err} at epoch {epoch}{step}; the run stopped and {kept}; lower the learning rate "
-            f"(lr {lr:.2e}) or check the data for extreme values"
+            f"{err} at epoch {epoch}{step}; the run stopped and {files.kept()}; lower the "
+            f"learning rate (lr {lr:.2e}) or check the data for extreme values"
         ) from None
     finally:
         if bar is not None:  # an epoch cut short: its bar goes before the error's line

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tabular_read import AnonymousPeak, write_files  # noqa: E402
+from tabular_read import AnonymousPeak, peak_rss, write_files  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "bench_fit"
@@ -49,7 +48,7 @@ def child(module: str, argv: list[str]) -> None:
     start = time.perf_counter()
     code = main(argv)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     print(json.dumps({"code": code, "seconds": seconds, "peak": peak, "anon": anonymous.stop()}))
 
 
@@ -67,10 +66,9 @@ def run_child(src: Path, module: str, argv: list[str], threads: int) -> tuple[di
 
 
 def epoch_seconds(output: str) -> list[float]:
-    """The seconds of each epoch, from the epoch lines (each ends with the time since the
-    training started, e.g. '12.34s', and a '*' when it improved)."""
-    ends = [float(m[1]) for m in re.finditer(r"^epoch .* (\d+\.\d+)s(?:  \*)?$", output, re.M)]
-    return [end - start for start, end in zip([0.0, *ends], ends, strict=False)]
+    """The seconds of each epoch, from the epoch lines (each ends with the epoch's time, e.g.
+    '12.34s', and a '*' when it improved)."""
+    return [float(m[1]) for m in re.finditer(r"^epoch .* (\d+\.\d+)s(?:  \*)?$", output, re.M)]
 
 
 def last_metrics(out: Path) -> dict:

@@ -8,8 +8,8 @@
 The files (a numeric CSV, a Parquet copy, and a mixed CSV and Parquet pair with text columns
 and missing cells) are generated in a temporary folder and deleted afterwards. Each reading
 runs in a fresh interpreter that has imported torch, pyarrow and the project first; its peak
-RSS is ru_maxrss after reading minus the RSS before it (Linux: the peak is reset to the RSS
-first, so that a passing peak of the imports hides nothing), and its peak anonymous memory
+RSS is VmHWM after reading minus the RSS before it (Linux: the peak is reset to the RSS first,
+so that a passing peak of the imports hides nothing), and its peak anonymous memory
 (RssAnon, sampled every 2 ms: what the OS cannot drop, unlike the pages of a mapped file) over
 the same. Results go to benchmarks/results/tabular_read.md.
 """
@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -98,6 +97,14 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def peak_rss() -> int:
+    """The process's peak resident memory (VmHWM), in bytes. Not ru_maxrss: that also keeps
+    the peak of the process before exec, a copy of the parent (large once it made the files)."""
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
 def _anonymous() -> int:
     """The process's anonymous resident memory now (RssAnon), in bytes."""
     with open("/proc/self/status") as f:
@@ -152,7 +159,7 @@ def child(reader: str, path: str, src: str, package: str) -> None:
         features, targets = table.features, table.targets
     seconds = time.perf_counter() - start
     anonymous_peak = anonymous.stop() - anonymous_before
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    after = peak_rss()
     rows = len(targets)
     # The final tensors: the float32 features and one int64 class index per row.
     final = features.numel() * 4 + rows * 8
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({', '.join(f'{n} values' for n in TEXT_COLUMNS.values())}, Zipf-distributed) and "
         f"leaves {MISSING_SHARE:.0%} of the cells of 5 numeric columns empty. "
         "Each reading runs in a fresh process "
-        "with torch, pyarrow and the project imported; peak RSS is ru_maxrss after reading "
+        "with torch, pyarrow and the project imported; peak RSS is VmHWM after reading "
         "minus the RSS before it (the peak reset to it first), and the last column divides it "
         "by the final tensors (float32 "
         "features, int64 class indices). Old: the generated read_csv before Arrow (the csv "

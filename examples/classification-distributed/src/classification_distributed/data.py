@@ -723,6 +723,7 @@ def load_data(cfg) -> Data:
             matrix=storage.matrix,
         )
         columns, raw_targets = table.columns(), table.targets
+        del table  # columns holds its matrix
     else:
         features, raw_targets = make_synthetic(cfg, generator)
         columns = Columns([f"x{i}" for i in range(features.shape[1])], [], features, [])
@@ -737,8 +738,10 @@ def load_data(cfg) -> Data:
         encoding = Encoding.fit(columns, train_index, cfg.max_categories, cfg.missing == "impute")
     except ValueError as err:
         raise DataError(f"{cfg.data}: {err}" if cfg.data else str(err)) from None
+    shape = f"{n} samples x {columns.features.shape[1]} features"
     try:
         features = encoding.apply(columns, storage.matrix)  # in place, unless columns are added
+        del columns  # a matrix apply replaced goes before the splits are copied from the new one
         if cfg.data:  # what the run made of the file, and where the table is kept
             print(f"data: {n} rows of {cfg.data}; {encoding.describe()}", flush=True)
             print(f"data: {storage.describe()}", flush=True)
@@ -755,7 +758,6 @@ def load_data(cfg) -> Data:
     except RuntimeError as err:
         if "allocate" not in str(err):  # torch's words for a failed CPU or GPU allocation
             raise
-        shape = f"{n} samples x {columns.features.shape[1]} features"
         raise DataError(f"{shape} do not fit in memory; train on a sample of the rows") from None
 
 

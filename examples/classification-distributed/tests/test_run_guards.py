@@ -572,7 +572,11 @@ def test_ctrl_c_stops_with_one_line_exit_130_and_a_whole_last_pt(tmp_path, seed)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", train.__name__, *SMALL, "--seed", str(seed)]
-    endless = ["--epochs", "100000", "--set", "patience=100000"]
+    # Every epoch written (checkpoint_every_s 0): last.pt comes at once, and the signal may
+    # land inside a write. (With the 10 s default the epoch lines fill the unread stdout pipe
+    # first, and the run blocks on it before it ever writes.)
+    endless = ["--epochs", "100000", "--set", "checkpoint_every_s=0"]
+    endless += ["--set", "patience=100000"]
     process = subprocess.Popen(
         [*command, *endless, "--out", str(out)],
         env=env,

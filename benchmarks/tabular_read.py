@@ -2,7 +2,8 @@
 
     python benchmarks/tabular_read.py                   # 100k and 1M rows x 20 features
     python benchmarks/tabular_read.py --rows 10000000   # other sizes (default: 100000 1000000)
-    python benchmarks/tabular_read.py --threads 2       # Arrow's parsing threads (default 1)
+    python benchmarks/tabular_read.py --threads 1 2     # thread counts of the new readers
+                                                        # (default: 1 and every CPU)
     python benchmarks/tabular_read.py --quick           # seconds: checks the code still works
 
 The files (a numeric CSV, a Parquet copy, and a mixed CSV and Parquet pair with text columns
@@ -140,7 +141,6 @@ def child(reader: str, path: str, src: str, package: str) -> None:
     data = importlib.import_module(f"{package}.data")
     task = importlib.import_module(f"{package}.task")
     storage = importlib.import_module(f"{package}.storage").Storage(0, Path(path).parent)
-    torch.set_num_threads(1)
     # The peak so far may be a passing one of the imports: reset it to the RSS now (Linux).
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
@@ -223,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repetitions", type=int, default=3, help="median of this many")
-    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS: Arrow's threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=sorted({1, os.cpu_count() or 1}),
+        help="OMP_NUM_THREADS of the new readers (the old one has one thread)",
+    )
     parser.add_argument("--quick", action="store_true", help="2000 rows, one repetition")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
@@ -233,9 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     from scaffold.render import render_project
 
     lines = [
-        "| rows | reader | seconds | rows/s | speed-up | peak RSS (MB) | peak / final tensors "
-        "| peak anonymous (MB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rows | reader | threads | seconds | rows/s | speed-up | peak RSS (MB) "
+        "| peak / final tensors | peak anonymous (MB) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -244,20 +250,26 @@ def main(argv: list[str] | None = None) -> int:
         src, package = dest / "src", "bench_read"
         for rows in sizes:
             paths = write_files(tmp, rows)
-            results: dict[str, list[dict]] = {name: [] for name in READERS}
+            readings = [
+                (name, threads)
+                for name, (reader, _) in READERS.items()
+                for threads in ([1] if reader == "old" else args.threads)
+            ]
+            results: dict[tuple, list[dict]] = {reading: [] for reading in readings}
             for _ in range(repetitions):  # interleaved: the machine's drift hits every reader
-                for name, (reader, suffix) in READERS.items():
-                    run = measure(reader, paths[suffix], src, package, args.threads)
-                    results[name].append(run)
-            old = statistics.median(r["seconds"] for r in results[next(iter(READERS))])
+                for name, threads in readings:
+                    reader, suffix = READERS[name]
+                    run = measure(reader, paths[suffix], src, package, threads)
+                    results[name, threads].append(run)
+            old = statistics.median(r["seconds"] for r in results[readings[0]])
             size = f"{rows:,} ({paths['.csv'].stat().st_size / 1e6:.0f} MB CSV)"
-            for name, runs in results.items():
+            for (name, threads), runs in results.items():
                 seconds = statistics.median(r["seconds"] for r in runs)
                 peak = statistics.median(r["peak"] for r in runs)
                 anonymous = statistics.median(r["anonymous"] for r in runs)
                 final = runs[0]["final"]
                 lines.append(
-                    f"| {size} | {name} | {seconds:.2f} | {rows / seconds:,.0f} | "
+                    f"| {size} | {name} | {threads} | {seconds:.2f} | {rows / seconds:,.0f} | "
                     f"{old / seconds:.1f}x | {peak / 1e6:.0f} | {peak / final:.2f} | "
                     f"{anonymous / 1e6:.0f} |"
                 )
@@ -290,8 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         "from this repository (Arrow's C++ parser, float32 columns copied into one matrix). "
         "Speed-up: the old reader's seconds over each reader's. The reference row is "
         "pyarrow.csv.read_csv alone with its defaults (types inferred: float64 and int64; "
-        "the whole table in memory; no checks, no matrix). Every reading runs with "
-        f"OMP_NUM_THREADS={args.threads}, which Arrow's thread pool follows. Peak anonymous: "
+        "the whole table in memory; no checks, no matrix). Threads: each reading runs with "
+        "OMP_NUM_THREADS set to it, which the new CSV reader follows (it parses pieces of the "
+        "file in torch.get_num_threads() threads), as do Arrow's thread pool and the "
+        "reference; the old reader has one. Peak anonymous: "
         "the largest RssAnon during the reading over RssAnon before it; the pages of a "
         "memory-mapped file are not anonymous (the OS writes them back and drops them under "
         "memory pressure), so it is the memory the disk path cannot give back.",

@@ -12,10 +12,12 @@ in each repetition (figures: median and min-max over the repetitions):
 - the whole generated `fit` (setup, training, validation with the task's metrics, scheduler,
   metrics.csv and checkpoints as its settings say) against a minimal train+validate script: the
   same seeding, data, model and optimizer, each epoch a training pass and a validation pass
-  (per-sample mean loss, one read per epoch); and the same `fit` with checkpoint_every_s=0
-  (last.pt, best.pt and metrics.csv written after every epoch);
-- the per-epoch costs in milliseconds: evaluate, write_metrics, save_checkpoint with and without
-  fsync, best.pt written a second time against linked, and the CPU copy of an unwritten epoch.
+  (per-sample mean loss, one read per epoch, in fit's validation batches); and the same `fit`
+  with checkpoint_every_s=0 (last.pt, best.pt and metrics.csv written after every epoch);
+- the per-epoch costs in milliseconds: evaluate (in fit's validation batches, and in
+  training-sized ones), write_metrics, save_checkpoint with and without fsync, best.pt written
+  a second time against linked, the CPU copy of an unwritten epoch; and all that a fit spends
+  beyond training, per epoch.
 
 Results go to benchmarks/results/epoch_costs.md (--out to change the folder).
 """
@@ -81,6 +83,11 @@ def minimal_validate(model, batches, loss_fn) -> float:
     return total.item() / count
 
 
+def val_batch_size(cfg) -> int:
+    """The validation batch size fit uses: val_batch_size, or 4 x batch_size for 0."""
+    return getattr(cfg, "val_batch_size", 0) or 4 * cfg.batch_size
+
+
 def train_loops(project: Project, cfg):
     """The generated train_one_epoch and the minimal loop, each with its own model, the same
     optimizer construction and the same batches."""
@@ -123,7 +130,8 @@ def fit_loops(project: Project, cfg, tmp: Path):
         p.seed.seed_everything(cfg.seed, cfg.deterministic)
         data = p.data.load_data(cfg)
         train_batches = p.data.Batches(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
-        val_batches = p.data.Batches(data.val, cfg.batch_size, shuffle=False)
+        # Validation in the batches fit uses: the ratio measures what fit adds, not batch sizes.
+        val_batches = p.data.Batches(data.val, val_batch_size(cfg), shuffle=False)
         model = p.model.build_model(cfg, data.input_shape, data.task.output_dim)
         optimizer = p.train.build_optimizer(model, cfg)
         for _ in range(cfg.epochs):
@@ -146,7 +154,8 @@ def epoch_costs(project: Project, cfg, tmp: Path, times: int) -> dict[str, float
         result = p.train.fit(replace(cfg, checkpoint_every_s=0.0), overwrite=True)
     state = ck.load_checkpoint(out / "last.pt")
     data, model = result["data"], result["model"]
-    val_batches = p.data.Batches(data.val, cfg.batch_size, shuffle=False)
+    val_batches = p.data.Batches(data.val, val_batch_size(cfg), shuffle=False)
+    small_batches = p.data.Batches(data.val, cfg.batch_size, shuffle=False)
     folder = tmp / "costs"
     folder.mkdir(exist_ok=True)
     last, best = folder / "last.pt", folder / "best.pt"
@@ -155,8 +164,11 @@ def epoch_costs(project: Project, cfg, tmp: Path, times: int) -> dict[str, float
         return lambda: ck.write_atomically(last, lambda f: torch.save(state, f), fsync=fsync)
 
     steps = {
-        "evaluate (validation pass with the task's metrics)": lambda: p.engine.evaluate(
-            model, val_batches, data.task
+        f"evaluate (validation pass with the task's metrics, batches of {val_batch_size(cfg)})": (
+            lambda: p.engine.evaluate(model, val_batches, data.task)
+        ),
+        f"evaluate in training-sized batches ({cfg.batch_size})": lambda: p.engine.evaluate(
+            model, small_batches, data.task
         ),
         "write_metrics (metrics.csv, not fsync'd)": lambda: p.train.write_metrics(
             folder / "metrics.csv", state["history"]
@@ -210,6 +222,7 @@ def measure(task: str, root: Path, quick: bool, repetitions: int) -> dict:
     ratios.update({name: [] for name in fits if name != "minimal"})
     train_ms: list[float] = []
     overhead_ms: list[float] = []
+    beyond_training_ms: list[float] = []
     for _ in range(repetitions):
         seconds = dict.fromkeys([("train", name) for name in train], 0.0)
         seconds.update(dict.fromkeys([("fit", name) for name in fits], 0.0))
@@ -228,6 +241,8 @@ def measure(task: str, root: Path, quick: bool, repetitions: int) -> dict:
         default = next(iter(fits))
         extra = seconds[("fit", default)] - seconds[("fit", "minimal")]
         overhead_ms.append(extra / fits_inner / cfg.epochs * 1e3)
+        fit_epoch = seconds[("fit", default)] / fits_inner / cfg.epochs
+        beyond_training_ms.append((fit_epoch - generated / epochs_inner) * 1e3)
     costs = epoch_costs(project, cfg, tmp, 3 if quick else 30)
     size = ", ".join(
         f"{k} {getattr(cfg, k)}"
@@ -238,6 +253,7 @@ def measure(task: str, root: Path, quick: bool, repetitions: int) -> dict:
         "ratios": ratios,
         "train_ms": train_ms,
         "overhead_ms": overhead_ms,
+        "beyond_training_ms": beyond_training_ms,
         "costs": costs,
         "size": f"{size}; fit over {cfg.epochs} epochs",
     }
@@ -270,8 +286,10 @@ def write_report(results: dict, path: Path, command: str, repetitions: int) -> N
     lines += [
         "",
         "Per-epoch costs in milliseconds (medians), and as a share of the generated "
-        "train_one_epoch's time. The last row is the whole fit's time beyond the minimal "
-        "script, per epoch, with the default checkpoint policy (median, min-max).",
+        "train_one_epoch's time. The last two rows, with the default checkpoint policy "
+        "(median, min-max): the whole fit's time beyond the minimal script, per epoch; and "
+        "everything a fit spends beyond training (validation, metrics, checkpoints, its setup "
+        "and final writes), per epoch: a fit's time over its epochs less train_one_epoch's.",
         "",
         "| task | size | step | ms | share of a training epoch |",
         "|---|---|---|---|---|",
@@ -285,6 +303,11 @@ def write_report(results: dict, path: Path, command: str, repetitions: int) -> N
         lines.append(
             f"| {task} | | fit beyond the minimal script, per epoch | "
             f"{summary(r['overhead_ms'])} | {over / train:.1%} |"
+        )
+        beyond = statistics.median(r["beyond_training_ms"])
+        lines.append(
+            f"| {task} | | fit beyond training: validation, metrics, checkpoints, per epoch | "
+            f"{summary(r['beyond_training_ms'])} | {beyond / train:.1%} |"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

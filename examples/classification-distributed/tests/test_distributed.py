@@ -21,9 +21,10 @@ from classification_distributed.model import build_model
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 # Small and short; dropout off, so that nothing random differs between the ranks.
-# An odd batch size: the 2 ranks' parts differ by a sample in every batch (M2).
+# Odd batch sizes: the 2 ranks' parts differ by a sample in every training batch (M2) and in
+# every validation batch (M3; by default those hold 4 x 25, an even number).
 SETTINGS = ["--device", "cpu", "--set", "dropout=0", "--set", "dist_timeout=15"]
-SETTINGS += ["--set", "batch_size=25"]
+SETTINGS += ["--set", "batch_size=25", "--set", "val_batch_size=25"]
 EVERY_EPOCH = ["--set", "checkpoint_every_s=0"]  # last.pt written after each epoch
 SETTINGS += [flag for value in task_cases.SMALL for flag in ("--set", value)]
 EPOCHS = 3
@@ -168,7 +169,8 @@ def test_two_processes_end_where_one_process_ends(two_ranks, tmp_path):
     assert records[0]["history"] == records[1]["history"], "M3/M4: the ranks' metrics differ"
     no_prefix(two_ranks["out"] / "last.pt")
     two = torch.load(two_ranks["out"] / "last.pt", weights_only=False)
-    settings = [*task_cases.SMALL, "dropout=0", "batch_size=25", f"epochs={EPOCHS}", "device=cpu"]
+    settings = [*task_cases.SMALL, "dropout=0", "batch_size=25", "val_batch_size=25"]
+    settings += [f"epochs={EPOCHS}", "device=cpu"]
     cfg = load_config(None, settings)
     data = load_data(cfg)
     model = build_model(cfg, data.input_shape, data.task.output_dim)

@@ -68,6 +68,11 @@ BAD_VALUES = [
     ("epochs=0", "epochs = 0", "epochs must be between 1 and 1000000"),
     ("epochs=1000001", "epochs = 1000001", "epochs must be between 1 and 1000000"),
     ("batch_size=0", "batch_size = 0", "batch_size must be between 1 and 100000000"),
+    (
+        "val_batch_size=-1",
+        "val_batch_size = -1",
+        "val_batch_size must be between 0 (4 x batch_size) and 100000000",
+    ),
     ("device=tpu", 'device = "tpu"', "device must be auto, cpu or cuda"),
     (
         "checkpoint_every_s=-1",

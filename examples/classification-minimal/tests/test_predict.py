@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import conftest
 import task_cases
-from conftest import DEVICE
 from classification_minimal import evaluate, predict
 from classification_minimal.checkpoint import (
     load_checkpoint,
@@ -30,6 +30,8 @@ from classification_minimal.engine import (
 )
 from classification_minimal.task import METRICS
 from classification_minimal.train import fit
+
+DEVICE = conftest.DEVICE  # CUDA when there is one
 
 
 def train_on_file(tmp_path, seed: int):

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import conftest
 import task_cases
-from conftest import DEVICE
 from image_classification_minimal import evaluate, predict
 from image_classification_minimal.checkpoint import (
     load_checkpoint,
@@ -30,6 +30,8 @@ from image_classification_minimal.engine import (
 )
 from image_classification_minimal.task import METRICS
 from image_classification_minimal.train import fit
+
+DEVICE = conftest.DEVICE  # CUDA when there is one
 
 
 def train_on_file(tmp_path, seed: int):

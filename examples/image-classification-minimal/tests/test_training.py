@@ -25,6 +25,24 @@ def test_learns_the_synthetic_data(cfg):
     assert last["train_loss"] < 0.5 * result["history"][0]["train_loss"]
 
 
+@pytest.mark.parametrize("val_batch_size", [1, 7])
+def test_validation_batches_change_no_training_and_no_metric(cfg, tmp_path, val_batch_size):
+    # val_batch_size (0, the default: 4 x batch_size) is how many samples validation takes at
+    # once: training stays the same bit for bit, and each metric is the same per-sample mean.
+    cfg = dataclasses.replace(cfg, epochs=3, device="cpu")
+    default = train.fit(dataclasses.replace(cfg, out=str(tmp_path / "default")))
+    other = train.fit(
+        dataclasses.replace(cfg, val_batch_size=val_batch_size, out=str(tmp_path / "other"))
+    )
+    for ours, theirs in zip(default["history"], other["history"], strict=True):
+        assert (ours["lr"], ours["train_loss"]) == (theirs["lr"], theirs["train_loss"])
+        for key in [key for key in ours if key.startswith("val_")]:
+            assert theirs[key] == pytest.approx(ours[key], rel=1e-5, abs=1e-7), key
+    theirs = other["model"].state_dict()
+    for name, ours in default["model"].state_dict().items():
+        assert torch.equal(ours, theirs[name]), name
+
+
 def test_command_line_run_writes_metrics_and_checkpoints(cfg, tmp_path, capsys):
     out = tmp_path / "run"
     assert train.main(["--epochs", "3", "--out", str(out), "--device", cfg.device]) == 0

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import conftest
 import task_cases
-from conftest import DEVICE
 from regression_cosine_clip import evaluate, predict
 from regression_cosine_clip.checkpoint import (
     load_checkpoint,
@@ -30,6 +30,8 @@ from regression_cosine_clip.engine import (
 )
 from regression_cosine_clip.task import METRICS
 from regression_cosine_clip.train import fit
+
+DEVICE = conftest.DEVICE  # CUDA when there is one
 
 
 def train_on_file(tmp_path, seed: int):

@@ -27,7 +27,7 @@ class Columns:
     numeric: list[str]
     categorical: list[str]
     features: torch.Tensor  # float32, (rows, len(numeric) + len(categorical))
-    values: list[list[str]]  # per categorical column, its values in the order the file gave them
+    values: list[list[str]]  # per categorical column, its values, in any order
 
 
 @dataclass

@@ -78,6 +78,7 @@ CHANGEABLE_ON_RESUME = (
     "progress",
     "tensorboard",
     "checkpoint_every_s",
+    "val_batch_size",
     "dist_timeout",
     "sync_batchnorm",
 )
@@ -481,6 +482,7 @@ def fit(
         check_resume_settings(cfg, checkpoint, checkpoint_path)
     # An optional extra: imported only when asked for, and refused before --out is touched.
     summary_writer = load_summary_writer() if cfg.tensorboard else None
+    val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
     # One process under plain `python -m`; under torchrun, this rank of the group (M8).
     ctx, device = start(resolve_device(cfg.device), cfg.dist_timeout)
     # M5: rank 0 alone may clear --out; its refusal stops every rank.
@@ -503,7 +505,7 @@ def fit(
     train_batches = Batches(
         data.train, cfg.batch_size, shuffle=True, seed=cfg.seed, device=device, ctx=ctx
     )
-    val_batches = Batches(data.val, cfg.batch_size, shuffle=False, device=device, ctx=ctx)
+    val_batches = Batches(data.val, val_batch_size, shuffle=False, device=device, ctx=ctx)
 
     model = build_model(cfg, data.input_shape, data.task.output_dim)
     if cfg.sync_batchnorm:

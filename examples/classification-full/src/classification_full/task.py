@@ -4,6 +4,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import torch
 from torch import nn
@@ -102,7 +103,7 @@ def bulk_targets(column: pa.ChunkedArray) -> list | None:
         labels = [parse_target(text) for text in encoded.dictionary.to_pylist()]
     except ValueError:
         return None
-    return [labels[i] for i in encoded.indices.to_numpy().tolist()]
+    return np.array(labels, dtype=object)[encoded.indices.to_numpy()].tolist()
 
 
 class Task:

@@ -67,6 +67,7 @@ CHANGEABLE_ON_RESUME = (
     "progress",
     "tensorboard",
     "checkpoint_every_s",
+    "val_batch_size",
 )
 
 
@@ -477,6 +478,7 @@ def fit(
         check_resume_settings(cfg, checkpoint, checkpoint_path)
     # An optional extra: imported only when asked for, and refused before --out is touched.
     summary_writer = load_summary_writer() if cfg.tensorboard else None
+    val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
     prepare_out(out, overwrite=overwrite, checkpoint=checkpoint, checkpoint_path=checkpoint_path)
 
     seed_everything(cfg.seed, cfg.deterministic)  # S1: before any data, weights or batch order
@@ -484,7 +486,7 @@ def fit(
 
     data = load_data(cfg)
     train_batches = Batches(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed, device=device)
-    val_batches = Batches(data.val, cfg.batch_size, shuffle=False, device=device)
+    val_batches = Batches(data.val, val_batch_size, shuffle=False, device=device)
 
     model = build_model(cfg, data.input_shape, data.task.output_dim)
     model.to(device)  # R1: before the optimizer is built, so it holds the parameters in use

@@ -41,6 +41,9 @@ class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model,
     # Optimization
     epochs: int = 20
     batch_size: int = 64  # a multiple of 8 suits tensor cores
+    # Validation batches; 0: 4 x batch_size. Validation keeps no graph for backward, so larger
+    # batches fit, and on short epochs they make it cheaper. Its metrics are per-sample sums.
+    val_batch_size: int = 0
     lr: float = 3e-3  # AdamW learning rate
     weight_decay: float = 1e-2  # AdamW weight decay
     min_lr: float = 0.0  # cosine schedule: learning rate reached after the last epoch
@@ -75,6 +78,10 @@ class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model,
         checks = [
             (1 <= self.epochs <= 10**6, "epochs must be between 1 and 1000000"),
             (1 <= self.batch_size <= 10**8, "batch_size must be between 1 and 100000000"),
+            (
+                0 <= self.val_batch_size <= 10**8,
+                "val_batch_size must be between 0 (4 x batch_size) and 100000000",
+            ),
             (self.lr > 0.0, "lr must be greater than 0"),
             (self.weight_decay >= 0.0, "weight_decay must be 0 or more"),
             (self.min_lr >= 0.0, "min_lr must be 0 or more"),

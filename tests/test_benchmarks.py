@@ -112,7 +112,8 @@ def test_quick_epoch_costs_benchmark_writes_its_table(tmp_path):
         ):
             assert re.search(rf"\| {re.escape(task)} \| {re.escape(row)} \| {number} \|", table)
         for step in (
-            "evaluate (validation pass with the task's metrics)",
+            "evaluate (validation pass with the task's metrics, batches of 256)",  # 4 x 64
+            "evaluate in training-sized batches (64)",
             "write_metrics (metrics.csv, not fsync'd)",
             "save_checkpoint last.pt (fsync'd)",
             "save_checkpoint last.pt without fsync",
@@ -123,3 +124,9 @@ def test_quick_epoch_costs_benchmark_writes_its_table(tmp_path):
             assert re.search(
                 rf"\| {re.escape(task)} \| \| {re.escape(step)} \| \d+\.\d\d \| ", table
             )
+        signed = r"-?\d+\.\d\d \(-?\d+\.\d\d--?\d+\.\d\d\)"
+        for row in (
+            "fit beyond the minimal script, per epoch",
+            "fit beyond training: validation, metrics, checkpoints, per epoch",
+        ):
+            assert re.search(rf"\| {re.escape(task)} \| \| {re.escape(row)} \| {signed} \| ", table)

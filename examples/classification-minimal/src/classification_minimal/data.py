@@ -405,13 +405,14 @@ def _arrow_csv(
     # pages never take memory. (Lone \r line breaks can make more rows: the csv module reads
     # such a file.)
     matrix = matrix(sum(lines for _, _, lines in pieces), len(columns))
+    file_end = pieces[-1][0] + pieces[-1][1] if pieces else 0  # where the last piece ends
     k = len(wanted.numeric)
 
     def parse(offset: int, size: int, first: int, lines: int) -> tuple:
         """Rows first, first + 1, ... of the matrix from a piece of the file."""
         start, targets = first, []
         categories = [_Categories(path, header[i]) for i in wanted.categorical]  # its own
-        with _piece(path, offset, size) as piece:
+        with _piece(path, offset, size, offset + size == file_end) as piece:
             for batch in arrow_csv.open_csv(piece, **options):
                 end = start + batch.num_rows
                 if end > first + lines:
@@ -489,11 +490,11 @@ def _pieces(path: str | Path) -> list[tuple[int, int, int]]:
 
 
 @contextlib.contextmanager
-def _piece(path: str | Path, offset: int, size: int) -> Iterator[pa.NativeFile]:
+def _piece(path: str | Path, offset: int, size: int, last: bool) -> Iterator[pa.NativeFile]:
     """A stream of a piece of a file. One that runs to the file's end is read from the file
     (a file with quotes is one piece: memory holds a few blocks of it); another through its
     own map of the file: read without a copy, its pages leave with the map."""
-    if offset + size >= os.path.getsize(path):
+    if last:
         with pa.OSFile(str(path)) as file:
             file.seek(offset)
             yield file

@@ -18,6 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
+    global RENDERED
+    if proof_tier(config):
+        RENDERED = wider_renders(config.getoption("all_combinations"))
+    elif config.getoption("all_combinations", default=False):
+        raise pytest.UsageError("--all widens the proof tier's renders: use it with --proof")
     # A wheel-installed scaffold keeps its template history under SCAFFOLD_HOME: never the
     # real home folder in tests (subprocesses inherit this too).
     if "SCAFFOLD_HOME" not in os.environ:
@@ -104,39 +109,111 @@ def combo_id(options: Options) -> str:
     return "-".join(words)
 
 
-def covering_set(options_list=None, factors=None) -> list:
-    """A few option sets from options_list (default COMBOS) in which every pair of values of
-    any two factors (default FACTORS) occurs at least once: a pairwise covering set.
+def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
+    """A few option sets from options_list (default COMBOS) in which every combination of
+    values of any `strength` factors (default FACTORS) occurs at least once: a pairwise (2) or
+    three-way (3) covering set.
 
-    Greedy and deterministic: each step takes the option set that covers the most pairs not
-    covered yet, the first in the list on a tie, so the defaults come first. Only pairs that
-    occur in options_list are asked for. With five loop factors (task, scheduler, AMP,
-    clipping, early stopping) it finds 6 sets for 2 or 3 tasks and 8 for 4, the fewest
-    possible (tests/test_render.py checks); the full product, with distributed as a sixth
-    switch and 4 tasks, gets 8 (tasks x schedulers, again the fewest possible).
+    Greedy and deterministic: each step takes the option set that covers the most value
+    combinations not covered yet, the first in the list on a tie, so the defaults come first.
+    Only combinations that occur in options_list are asked for. Pairwise, with five loop factors
+    (task, scheduler, AMP, clipping, early stopping) it finds 6 sets for 2 or 3 tasks and 8 for
+    4, the fewest possible (tests/test_render.py checks); the full product, with distributed as
+    a sixth switch and 4 tasks, gets 8 (tasks x schedulers, again the fewest possible). A new
+    switch adds a few sets, where the full product doubles.
     """
     options_list = COMBOS if options_list is None else list(options_list)
     names = list(FACTORS if factors is None else factors)
 
-    def pairs(options) -> set:
+    def tuples(options) -> set:
         values = [(name, getattr(options, name)) for name in names]
-        return set(itertools.combinations(values, 2))
+        return set(itertools.combinations(values, strength))
 
-    needed = set().union(*map(pairs, options_list))
+    needed = set().union(*map(tuples, options_list))
     chosen = []
     while needed:
-        best = max(options_list, key=lambda o: len(pairs(o) & needed))  # max keeps the first
+        best = max(options_list, key=lambda o: len(tuples(o) & needed))  # max keeps the first
         chosen.append(best)
-        needed -= pairs(best)
+        needed -= tuples(best)
     return chosen
 
 
-COVERING = covering_set()
-# A generated project's own test suite takes about 15 s on a core; 32 of them fit the CI
-# budget (about 4 minutes on 2 cores), more do not. Beyond that the suites run on the
-# covering set; every combination is still rendered, linted, imported and trained.
-MAX_FULL_SUITES = 32
-SUITE_COMBOS = COMBOS if len(COMBOS) <= MAX_FULL_SUITES else COVERING
+COVERING = covering_set()  # every pair of values: the everyday tier renders these
+TRIPLES = covering_set(strength=3)  # every three values: the proof tier renders these too
+
+
+# The tiers. The everyday tier (`python -m pytest -n 2`, what a contributor runs after each
+# change) renders, lints, imports and trains COVERING and runs one generated project a task;
+# the proof tier (`--proof`) runs what proves the rules hold (tests marked `proof`: mutants,
+# equivalents, the generated suites of the whole covering set) and renders the three-way set
+# beyond COVERING (every combination with --all). Tests marked `tiered` are parametrised over
+# RENDERED and run in both tiers, each on its own combinations: pytest_configure chooses them
+# before any test module is imported, so a module-level parametrize sees the tier's list.
+RENDERED = COVERING
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("scaffold tiers")
+    group.addoption(
+        "--proof",
+        action="store_true",
+        help="run the proof tier (mutants, equivalents, every generated suite of the covering "
+        "set, the three-way renders) instead of the everyday tier",
+    )
+    group.addoption(
+        "--all",
+        action="store_true",
+        dest="all_combinations",
+        help="with --proof: render, lint, import and train every combination (for a release)",
+    )
+
+
+def _controller(config) -> bool:
+    """The process that runs the session: not an xdist worker."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if proof_tier(session.config) and _controller(session.config):
+        from tests import tables
+
+        tables.clear_results()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After a proof run that ran every mutant (or every rewrite), rewrite its table in docs/."""
+    if not (proof_tier(session.config) and _controller(session.config)):
+        return
+    from tests import equivalents, mutants, tables
+
+    for suite, module in (("mutants", mutants), ("equivalents", equivalents)):
+        if module.write_recorded_table():
+            print(f"\nproof tier: wrote {suite} table (docs/)")
+        elif tables.recorded(suite):
+            print(f"\nproof tier: {suite} table not written: not every case ran")
+
+
+def proof_tier(config) -> bool:
+    return bool(config.getoption("--proof", default=False))
+
+
+def wider_renders(all_combinations: bool) -> list:
+    """What the proof tier renders: the three-way set, or every combination, less COVERING."""
+    return [o for o in (COMBOS if all_combinations else TRIPLES) if o not in COVERING]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keep the tier's tests: those marked `proof` in the proof tier only, the others in the
+    everyday tier only, and those marked `tiered` in both."""
+    proof = proof_tier(config)
+    keep, drop = [], []
+    for item in items:
+        tiered = item.get_closest_marker("tiered") is not None
+        in_proof = item.get_closest_marker("proof") is not None
+        (keep if tiered or in_proof == proof else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def combo_numbers(options: Options) -> str:
@@ -148,17 +225,15 @@ def combo_numbers(options: Options) -> str:
 
 def pytest_report_header(config):
     lines = [f"{combo_id(o)}: {combo_numbers(o)}" for o in COMBOS]
-    suites = (
-        f"all {len(COMBOS)} combinations"
-        if SUITE_COMBOS is COMBOS
-        else f"the covering set ({len(COMBOS)} combinations > {MAX_FULL_SUITES})"
-    )
+    tier = "proof" if proof_tier(config) else "everyday"
     return (
         [f"combination numbers (fixed spread, tests/conftest.py), {len(COMBOS)} combinations:"]
         + ["  " + "; ".join(lines[i : i + 4]) for i in range(0, len(lines), 4)]
         + [f"pairwise covering set ({len(COVERING)}): " + ", ".join(map(combo_id, COVERING))]
-        + [f"generated projects' own test suites run on {suites}"]
-    )
+        + [f"three-way covering set ({len(TRIPLES)}): " + ", ".join(map(combo_id, TRIPLES))]
+        + [f"tier: {tier}; rendered, linted, imported and trained here ({len(RENDERED)}): "
+           + ", ".join(map(combo_id, RENDERED))]
+    )  # fmt: skip
 
 
 def render(dest: Path, options: Options | None = None, **kwargs):

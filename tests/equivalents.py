@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from scaffold.options import Options
+from tests import forkrun, tables
 from tests.mutants import COVERING, Edit, run_edited
 
 
@@ -355,11 +356,21 @@ print(json.dumps(prints))
 """
 
 
-def training_fingerprint(project: Path, package: str) -> dict:
+def training_fingerprint(project: Path, package: str, isolation: str = "fork") -> dict:
     """What a short CPU run of the project ends with: its weights' digest and its history."""
     with tempfile.TemporaryDirectory() as out:
+        source = FINGERPRINT.format(package=package)
+        if isolation == "fork":
+            done = forkrun.POOL.run(
+                {"kind": "script", "cwd": str(project), "sys_path": ["src"], "source": source,
+                 "argv": [out], "log": f"{out}/fingerprint.log", "timeout": 600}
+            )  # fmt: skip
+            lines = done.get("output", "").strip().splitlines() or ["no output"]
+            if not done.get("ok"):
+                return {"error": (done.get("crashed") or lines[-1]).strip().splitlines()[-1]}
+            return json.loads(lines[-1])
         done = subprocess.run(
-            [sys.executable, "-c", FINGERPRINT.format(package=package), out],
+            [sys.executable, "-c", source, out],
             cwd=project, env={**os.environ, "PYTHONPATH": "src", "OMP_NUM_THREADS": "1"},
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
@@ -405,6 +416,28 @@ class Result:
     def passes(self) -> bool:
         return self.ran and not self.failures and not self.trains_differently
 
+    def record(self) -> dict:
+        """What the table needs, as JSON (the rewrite by its place in EQUIVALENTS)."""
+        fields = ("combo", "ran", "failures", "detail", "trains_differently")
+        return {"equivalent": EQUIVALENTS.index(self.equivalent)} | {
+            f: getattr(self, f) for f in fields
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Result":
+        fields = ("combo", "ran", "failures", "detail", "trains_differently")
+        return cls(EQUIVALENTS[record["equivalent"]], *(record[f] for f in fields))
+
+
+# Every rewrite on every combination of the covering set it applies to: the proof tier's cases.
+CASES = [(o, e) for o in COVERING for e in EQUIVALENTS if e.applies(o)]
+
+
+def case_key(options: Options, equivalent: Equivalent) -> str:
+    from tests.conftest import combo_id
+
+    return f"{combo_id(options)}:{equivalent.slug}"
+
 
 def run_equivalent(
     project: Path,
@@ -414,16 +447,21 @@ def run_equivalent(
     combo: str,
     work: Path,
     expected: dict | None = None,
+    isolation: str = "fork",
 ) -> Result:
     """Copy the project, rewrite its loop, run the copy's loop tests, and check that it trains
-    as the generated code does (`expected`: the original's fingerprint, if already known)."""
+    as the generated code does (`expected`: the original's fingerprint, if already known).
+    With the fork runner the tests stop at the first failure: one is enough to fail it."""
     edits = equivalent.edits_for(options)
-    run = run_edited(project, package, equivalent.file, edits, work)
+    run = run_edited(
+        project, package, equivalent.file, edits, work,
+        stop_at_first=isolation == "fork", isolation=isolation,
+    )  # fmt: skip
     result = Result(equivalent, combo, run.finished, run.failures, run.detail)
     if run.finished:
-        expected = expected or training_fingerprint(project, package)
+        expected = expected or training_fingerprint(project, package, isolation)
         result.trains_differently = differences(
-            expected, training_fingerprint(work / project.name, package)
+            expected, training_fingerprint(work / project.name, package, isolation)
         )
     return result
 
@@ -476,6 +514,29 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_table(results: list[Result], path: Path = tables.EQUIVALENTS_TABLE) -> None:
+    about = (
+        "Each row is a correct rewrite of the generated training loop, one a user might make. "
+        "Each one\ntrains exactly as the generated code does (checked: a short CPU run ends with "
+        "bit-identical\nweights), so every loop test that judges a rule (contract, "
+        "reproducibility) must still pass. A\ncell names the first failing test and the first "
+        "line of its message. The proof tier (`python -m\npytest -n 2 --proof`) rewrites this "
+        "file when it runs every rewrite; `python -m tests.equivalents\n--out "
+        "docs/equivalents-table.md` does the same outside pytest."
+    )
+    combos = list(dict.fromkeys(r.combo for r in results))
+    tables.write(path, "Equivalents table", about, table(results), combos)
+
+
+def write_recorded_table() -> bool:
+    """Write the table from the proof tier's records, if every case has one."""
+    records = tables.recorded("equivalents")
+    if set(records) != {case_key(o, e) for o, e in CASES}:
+        return False
+    write_table([Result.from_record(records[case_key(o, e)]) for o, e in CASES])
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     from tests.conftest import COMBOS, combo_id, render
 
@@ -504,16 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(results)
     print(text)
     if args.out:
-        header = (
-            "# Equivalents table\n\nEach row is a correct rewrite of the generated training "
-            "loop, one a user might make. Each one trains\nexactly as the generated code does "
-            "(checked: a short CPU run ends with bit-identical weights),\nso every loop test "
-            "that judges a rule (contract, reproducibility) must still pass. A cell\nnames each "
-            "failing test and the first line of its message. Regenerate with\n"
-            "`python -m tests.equivalents --out docs/equivalents-table.md`.\n\n"
-        )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(header + text)
+        write_table(results, args.out)
     return 0 if all(r.passes for r in results) else 1
 
 

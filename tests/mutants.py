@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scaffold.options import Options
+from tests import forkrun, tables
 from tests.conftest import FACTORS, covering_set
 
 
@@ -279,7 +280,17 @@ MUTANTS = [
 # numbers are the defaults the mutants were written against (max_grad_norm 1.0, seed 42).
 COVERING = [Options(**{name: getattr(o, name) for name in FACTORS}) for o in covering_set()]
 
-RULE_TAG = re.compile(r"\b([RSCDTM]\d{1,2})(?=[:/,])")
+# Every mutant on every combination of the covering set it applies to: the proof tier's cases.
+CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
+
+
+def case_key(options: Options, mutant: "Mutant") -> str:
+    from tests.conftest import combo_id
+
+    return f"{combo_id(options)}:{mutant.slug}"
+
+
+RULE_TAG = forkrun.RULE_TAG  # a failure names a rule as "R7:" (or "R7/", "R7,")
 
 
 @dataclass
@@ -294,6 +305,16 @@ class Outcome:
     @property
     def caught(self) -> bool:
         return self.runs and bool(self.caught_by)
+
+    def record(self) -> dict:
+        """What the table needs, as JSON (the mutant by its place in MUTANTS)."""
+        fields = ("combo", "runs", "caught_by", "failed", "detail")
+        return {"mutant": MUTANTS.index(self.mutant), **{f: getattr(self, f) for f in fields}}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Outcome":
+        fields = ("combo", "runs", "caught_by", "failed", "detail")
+        return cls(MUTANTS[record["mutant"]], *(record[f] for f in fields))
 
 
 def _failures(report: Path) -> dict[str, str]:
@@ -337,12 +358,50 @@ def run_edited(
     work: Path,
     tests: tuple[str, ...] = (),
     loop_tests: bool = True,
+    rule: str | None = None,
+    stop_at_first: bool = False,
+    isolation: str = "fork",
 ) -> LoopRun:
-    """Copy the project, apply `edits` to one module of its package, run the copy's loop tests."""
+    """Copy the project, apply `edits` to one module of its package, run the copy's loop tests.
+
+    With `rule`, the tests that name it run first and the run ends at the first failure that
+    names it (a mutant needs one); with `stop_at_first`, at any failure (an equivalent must have
+    none). `isolation="fork"` runs them in a child of a process that has torch imported
+    (tests/forkrun.py); "subprocess" in two fresh interpreters, every test, as before: the
+    runner's own benchmark compares the two (benchmarks/mutation_speed.py)."""
     edited = work / project.name
     shutil.copytree(project, edited, ignore=shutil.ignore_patterns("run", "__pycache__"))
     for edit in edits:
         apply_edit(edited / "src" / package / file, edit)
+    selected = [*(LOOP_TESTS if loop_tests else ()), *tests]
+    if isolation == "subprocess":
+        return _run_in_subprocesses(edited, package, selected)
+    result = forkrun.POOL.run(
+        {
+            "kind": "tests",
+            "cwd": str(edited),
+            "env": {"PYTHONPATH": "src"},
+            "sys_path": ["src"],
+            "imports": [f"{package}.train", f"{package}.overfit"],
+            "tests": selected,
+            "rule": rule,
+            "stop_at_first": stop_at_first,
+            "log": str(work / "tests.log"),
+            "timeout": 600,
+        }
+    )
+    if result.get("timed_out"):
+        return LoopRun(False, None, {}, "timed out after 600 s")
+    if "crashed" in result:
+        return LoopRun(False, None, {}, result["crashed"])
+    if not result["imports"]:
+        return LoopRun(False, None, {}, result["detail"])
+    if result["returncode"] not in (0, 1):
+        return LoopRun(False, result["returncode"], {}, result.get("output", "")[-2000:])
+    return LoopRun(True, result["returncode"], result["failures"])
+
+
+def _run_in_subprocesses(edited: Path, package: str, selected: list[str]) -> LoopRun:
     env = {**_env(), "PYTHONPATH": "src"}
     imports = subprocess.run(
         [sys.executable, "-c", f"import {package}.train, {package}.overfit"],
@@ -353,7 +412,7 @@ def run_edited(
     report = edited / "report.xml"
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         *(LOOP_TESTS if loop_tests else ()), *tests],
+         "-m", "probe or not probe", *selected],
         cwd=edited, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if tests.returncode not in (0, 1) or not report.exists():
@@ -361,12 +420,24 @@ def run_edited(
     return LoopRun(True, tests.returncode, _failures(report))
 
 
-def run_mutant(project: Path, package: str, mutant: Mutant, combo: str, work: Path) -> Outcome:
-    """Copy the project, inject the bug, run the copy's own tests, and say what caught it."""
+def run_mutant(
+    project: Path,
+    package: str,
+    mutant: Mutant,
+    combo: str,
+    work: Path,
+    isolation: str = "fork",
+) -> Outcome:
+    """Copy the project, inject the bug, run the copy's own tests, and say what caught it (with
+    the fork runner: the first test that did; with subprocesses: every one)."""
     # The distributed rules (M) are seen only by the distributed tests, which launch several
     # processes: the loop tests run one process and would only add their minutes.
     loop_tests = not mutant.rule.startswith("M")
-    run = run_edited(project, package, mutant.file, mutant.edits, work, mutant.tests, loop_tests)
+    rule = mutant.rule if isolation == "fork" else None
+    run = run_edited(
+        project, package, mutant.file, mutant.edits, work, mutant.tests, loop_tests, rule,
+        isolation=isolation,
+    )  # fmt: skip
     if not run.finished:
         return Outcome(mutant, combo, False, [], [], run.detail)
     caught_by = [
@@ -412,6 +483,29 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_table(outcomes: list[Outcome], path: Path = tables.MUTATION_TABLE) -> None:
+    about = (
+        "Each row is a silent training-loop bug injected into a rendered project; each cell "
+        "names the\ngenerated test that caught it: the first whose failure names the rule (the "
+        "tests that name it\nin their source run first, and the run stops there). The proof "
+        "tier (`python -m pytest -n 2\n--proof`) rewrites this file when it runs every mutant; "
+        "`python -m tests.mutants --out\ndocs/mutation-table.md` does the same outside pytest."
+    )
+    combos = list(dict.fromkeys(o.combo for o in outcomes))
+    tables.write(path, "Mutation table", about, table(outcomes), combos)
+
+
+def write_recorded_table() -> bool:
+    """Write the table from the proof tier's records, if every case has one (not after a run
+    of some of them, with -k or a failure that stopped pytest)."""
+    records = tables.recorded("mutants")
+    if set(records) != {case_key(o, m) for o, m in CASES}:
+        return False
+    outcomes = [Outcome.from_record(records[case_key(o, m)]) for o, m in CASES]
+    write_table(outcomes)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     from tests.conftest import COMBOS, combo_id, render
 
@@ -438,13 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(outcomes)
     print(text)
     if args.out:
-        header = (
-            "# Mutation table\n\nEach row is a silent training-loop bug injected into a rendered "
-            "project; each cell names the generated\ntests that failed with that rule in their "
-            "message. Regenerate with `python -m tests.mutants --out docs/mutation-table.md`.\n\n"
-        )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(header + text)
+        write_table(outcomes, args.out)
     return 0 if all(o.caught for o in outcomes) else 1
 
 

@@ -662,6 +662,7 @@ PARTLY = {
 }
 
 
+@pytest.mark.proof
 def test_mutation_suite_bugs_in_generated_projects(render_combo, tmp_path, capsys):
     from tests.mutants import MUTANTS, MutationError, apply_edit
 

@@ -4,11 +4,18 @@ import shutil
 
 import pytest
 
+from tests import tables
 from tests.conftest import combo_id
-from tests.equivalents import EQUIVALENTS, first_line, run_equivalent, training_fingerprint
+from tests.equivalents import (
+    CASES,
+    EQUIVALENTS,
+    case_key,
+    first_line,
+    run_equivalent,
+    training_fingerprint,
+)
 from tests.mutants import COVERING, MutationError, apply_edit
 
-CASES = [(o, e) for o in COVERING for e in EQUIVALENTS if e.applies(o)]
 _FINGERPRINTS: dict = {}  # rendered project -> how a short run of its generated code ends
 
 
@@ -43,10 +50,8 @@ def test_every_equivalent_applies_somewhere_and_its_edits_match_the_rendered_cod
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "options, equivalent", CASES, ids=[f"{combo_id(o)}:{e.slug}" for o, e in CASES]
-)
+@pytest.mark.proof
+@pytest.mark.parametrize("options, equivalent", CASES, ids=[case_key(o, e) for o, e in CASES])
 def test_equivalent_passes_every_loop_test(render_combo, tmp_path, options, equivalent):
     project = render_combo(options).dest
     package = project.name.replace("-", "_")
@@ -55,6 +60,8 @@ def test_equivalent_passes_every_loop_test(render_combo, tmp_path, options, equi
     result = run_equivalent(
         project, package, equivalent, options, combo_id(options), tmp_path, _FINGERPRINTS[project]
     )
+    # Kept for the table (docs/equivalents-table.md), written once every case has run.
+    tables.record("equivalents", case_key(options, equivalent), result.record())
     assert result.ran, f"the rewrite must import and run its tests: {result.detail}"
     assert not result.trains_differently, (
         f"{equivalent.rewrite} is not a correct rewrite: {result.trains_differently}"

@@ -1,30 +1,58 @@
-"""Generated projects' own test suites pass, and every combination's training command writes
-what it promises.
+"""Generated projects' own test suites pass, and every rendered combination's training command
+writes what it promises.
 
-The suites run on every combination while there are few enough (tests/conftest.py,
-SUITE_COMBOS), else on the pairwise covering set; pytest's header says which.
+A generated project has two tiers of its own: its default `pytest` (contract tests, the overfit
+check, reproducibility and the tests that guard a user's edits: a minute on one core) and
+`pytest -m probe` (bad input, exit codes, Ctrl-C, kills and resumes). The everyday tier runs one
+project's default tier per task; the proof tier runs the probes of those projects and both tiers
+of the rest of the covering set, so every suite of the covering set runs whole in CI.
 """
 
 import csv
 
 import pytest
 
-from tests.conftest import COMBOS, PYTHON, SUITE_COMBOS, combo_id, project_env, run
+from tests.conftest import COMBOS, COVERING, PYTHON, RENDERED, TASKS, combo_id, project_env, run
 
 pytestmark = pytest.mark.slow
 
+# One project a task: the first of the covering set with it (the defaults come first).
+ONE_PER_TASK = [next(o for o in COVERING if o.task == task) for task in TASKS]
+REST = [o for o in COVERING if o not in ONE_PER_TASK]
+ALL = "probe or not probe"
 
-@pytest.mark.parametrize("options", SUITE_COMBOS, ids=combo_id)
-def test_generated_test_suite_passes(render_combo, options):
-    project = render_combo(options).dest
+
+def run_suite(project, marks: str | None):
     command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    result = run(command, project, env=project_env())
+    command += ["-m", marks] if marks is not None else []
+    result = run(command, project, env=project_env(), timeout=1200)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "skipped" not in summary, summary
+    return summary
 
 
-@pytest.mark.parametrize("options", COMBOS, ids=combo_id)
+@pytest.mark.parametrize("options", ONE_PER_TASK, ids=combo_id)
+def test_generated_default_tier_passes_and_leaves_the_probes_out(render_combo, options):
+    summary = run_suite(render_combo(options).dest, None)
+    # The probes are there, and left to `pytest -m probe`.
+    assert " deselected" in summary, summary
+
+
+@pytest.mark.proof
+@pytest.mark.parametrize(
+    "options, marks",
+    [(o, "probe") for o in ONE_PER_TASK] + [(o, ALL) for o in REST],
+    ids=lambda v: combo_id(v) if not isinstance(v, str) else ("probes" if v == "probe" else "all"),
+)
+def test_generated_suite_passes(render_combo, options, marks):
+    summary = run_suite(render_combo(options).dest, marks)
+    if marks == ALL:
+        assert " deselected" not in summary, summary
+
+
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
 def test_train_command_writes_metrics_and_checkpoints(render_combo, options):
     project = render_combo(options).dest
     package = project.name.replace("-", "_")

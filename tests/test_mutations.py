@@ -4,10 +4,9 @@ import shutil
 
 import pytest
 
+from tests import tables
 from tests.conftest import TASKS, combo_id
-from tests.mutants import COVERING, MUTANTS, MutationError, apply_edit, run_mutant
-
-CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
+from tests.mutants import CASES, COVERING, MUTANTS, MutationError, apply_edit, case_key, run_mutant
 
 
 def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
@@ -51,14 +50,14 @@ def test_every_mutant_still_matches_the_rendered_code(render_combo, tmp_path, op
     assert not broken, "\n".join(broken)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "options, mutant", CASES, ids=[f"{combo_id(o)}:{m.slug}" for o, m in CASES]
-)
+@pytest.mark.proof
+@pytest.mark.parametrize("options, mutant", CASES, ids=[case_key(o, m) for o, m in CASES])
 def test_mutant_is_caught_by_a_test_naming_its_rule(render_combo, tmp_path, options, mutant):
     project = render_combo(options).dest
     package = project.name.replace("-", "_")
     outcome = run_mutant(project, package, mutant, combo_id(options), tmp_path)
+    # Kept for the table (docs/mutation-table.md), written once every case has run.
+    tables.record("mutants", case_key(options, mutant), outcome.record())
     assert outcome.runs, f"the mutant must import and run its tests: {outcome.detail}"
     assert outcome.caught_by, (
         f"{mutant.rule} ({mutant.bug}) not caught by a test naming it; failing: {outcome.failed}"

@@ -29,7 +29,12 @@ INSTALLS = [
     "pip install torch --index-url https://download.pytorch.org/whl/cpu",
     'pip install -e ".[dev]"',
 ]
-CHECKS = ["ruff check .", "ruff format --check .", "python -m pytest -q"]
+CHECKS = [
+    "ruff check .",
+    "ruff format --check .",
+    "python -m pytest -q",
+    "python -m pytest -q -m probe",
+]
 # One option set per task from the covering set: every task's project, and several switches.
 ONE_PER_TASK = [next(o for o in COVERING if o.task == task) for task in TASKS]
 
@@ -131,6 +136,7 @@ def test_a_generated_project_passes_the_workflows_own_commands(tmp_path, options
     project = render(tmp_path / "proj", options).dest
     commands = workflow_commands(project)
     assert commands[: len(INSTALLS)] == INSTALLS  # this environment already has both
+    collected = []
     for command in commands[len(INSTALLS) :]:
         program, *args = shlex.split(command)
         if program == "ruff":
@@ -142,6 +148,15 @@ def test_a_generated_project_passes_the_workflows_own_commands(tmp_path, options
             pytest.fail(f"the workflow runs {command!r}, which this test does not know")
         result = run(argv, project, env=project_env())
         assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        if program == "python":
+            collected.append({line for line in result.stdout.splitlines() if "::" in line})
+    # The two tiers: each holds tests, and together they are every test once.
+    everything = [PYTHON, "-m", "pytest", "-q", "-m", "probe or not probe", "--collect-only"]
+    result = run([*everything, "-p", "no:cacheprovider"], project, env=project_env())
+    assert result.returncode == 0, result.stdout[-3000:]
+    default, probes = collected
+    assert default and probes and not default & probes
+    assert default | probes == {line for line in result.stdout.splitlines() if "::" in line}
 
 
 # --- the repository scaffold new makes -------------------------------------------------------

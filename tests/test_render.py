@@ -18,9 +18,10 @@ from tests.conftest import (
     COVERING,
     FACTORS,
     PYTHON,
-    SUITE_COMBOS,
+    RENDERED,
     TASK_IDS,
     TASKS,
+    TRIPLES,
     combo_id,
     combo_numbers,
     covering_set,
@@ -28,6 +29,7 @@ from tests.conftest import (
     render,
     run,
     task_ids,
+    wider_renders,
 )
 
 # Jinja left unrendered: a {{ variable }}, a {% tag %} or a {# comment. A bare "}}" is not
@@ -124,7 +126,29 @@ def test_the_covering_set_covers_every_pair_of_values_in_few_combinations():
     assert COVERING == covering_set()  # deterministic: the same set on every run
     assert factor_values(COVERING[0]) == factor_values(Options())
     assert len(COVERING) <= len(COMBOS) / 4, [combo_id(o) for o in COVERING]
-    assert SUITE_COMBOS in (COMBOS, COVERING)
+
+
+def test_the_three_way_set_covers_every_three_values_and_the_tiers_split_the_renders():
+    offered = set().union(*(set(itertools.combinations(values(o), 3)) for o in COMBOS))
+    covered = set().union(*(set(itertools.combinations(values(o), 3)) for o in TRIPLES))
+    assert offered == covered, sorted(offered - covered)[:5]
+    assert TRIPLES == covering_set(strength=3)
+    # Far fewer than the product: the proof tier's renders grow with each new switch by a few
+    # combinations, not by a doubling.
+    assert len(TRIPLES) <= len(COMBOS) / 4, len(TRIPLES)
+    # The everyday tier renders the pairwise set; the proof tier the rest of the three-way set
+    # (or of every combination), never one the everyday tier already rendered.
+    assert RENDERED == COVERING
+    for wide in (False, True):
+        rest = wider_renders(wide)
+        assert not set(map(combo_id, rest)) & set(map(combo_id, COVERING))
+        assert {combo_id(o) for o in rest + COVERING} >= {
+            combo_id(o) for o in (COMBOS if wide else TRIPLES)
+        }
+
+
+def values(options: Options) -> list:
+    return [(name, getattr(options, name)) for name in FACTORS]
 
 
 # The fewest combinations that cover every pair: 6 for five two-valued factors (a known
@@ -149,7 +173,8 @@ def test_covering_set_of_more_tasks_is_as_small_as_possible(tasks, fewest):
     check_covers_every_pair(covering_set(no_amp, factors), no_amp, factors)
 
 
-@pytest.mark.parametrize("options", COMBOS, ids=combo_id)
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
 def test_render_is_lint_clean_with_no_template_syntax_left(render_combo, options):
     result = render_combo(options)
     project = result.dest
@@ -192,15 +217,13 @@ for name in names:
     importlib.import_module(f"{sys.argv[1]}.{name}")
 train = importlib.import_module(f"{sys.argv[1]}.train")
 print(json.dumps({"modules": names, "project": train.PROJECT}), flush=True)
-sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider"]))
+every = ["-m", "probe or not probe"]  # both of the project's tiers
+sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *every]))
 """
-# The combinations whose own test suites do not run (tests/conftest.py, SUITE_COMBOS): a
-# module or a test file that fails to import is still caught there. While every suite runs,
-# the covering set keeps this test itself exercised.
-WITHOUT_SUITE = [o for o in COMBOS if o not in SUITE_COMBOS] or COVERING
-
-
-@pytest.mark.parametrize("options", WITHOUT_SUITE, ids=combo_id)
+# Every rendered combination: most run no test suite of their own, and a module or a test file
+# that fails to import is caught here.
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
 def test_every_module_imports_and_every_test_file_collects(render_combo, options):
     project = render_combo(options).dest
     package = package_of(options)
@@ -230,11 +253,11 @@ def shared_text(options: Options, path: str, project) -> str:
     return text.replace(options.task, "TASK")
 
 
-# One render of the first task per setting of the other factors; every other task is
-# rendered with exactly its answers.
-BASES = [o for o in COMBOS if o.task == TASKS[0]]
+# The first task's renders of the tier; every other task is rendered with exactly its answers.
+BASES = [o for o in RENDERED if o.task == TASKS[0]]
 
 
+@pytest.mark.tiered
 @pytest.mark.parametrize("base", BASES, ids=lambda o: combo_id(o).split("-", 1)[1])
 def test_tasks_differ_only_in_their_own_files(render_combo, base):
     # Every task with the same other answers (numbers included), so that only the task differs.
@@ -261,7 +284,8 @@ def test_tasks_differ_only_in_their_own_files(render_combo, base):
         assert own_a != own_b, f"{a} and {b} render the same task.py"
 
 
-@pytest.mark.parametrize("options", COMBOS, ids=combo_id)
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
 def test_code_exists_only_for_the_chosen_options(render_combo, options):
     package = render_combo(options).dest / "src" / package_of(options)
     engine = (package / "engine.py").read_text()
@@ -278,7 +302,8 @@ def test_code_exists_only_for_the_chosen_options(render_combo, options):
         assert word not in engine + train + config, word
 
 
-@pytest.mark.parametrize("options", COMBOS, ids=combo_id)
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
 def test_numeric_answers_land_in_the_config(render_combo, options):
     # COMBOS spread seeds and numbers over the combinations; each must reach config.py as given.
     package = render_combo(options).dest / "src" / package_of(options)

@@ -15,10 +15,19 @@ def readme_commands() -> list[str]:
     return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def test_ci_runs_exactly_the_readme_commands():
+def proof_command() -> str:
+    """The one command of the bash block after the README's line "Proof tier:"."""
+    text = (REPO / "README.md").read_text().split("\nProof tier:", 1)[1]
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    (command,) = [line for line in block.splitlines() if line.strip() and line[0] != "#"]
+    return command
+
+
+def test_ci_runs_exactly_the_readme_commands_then_the_proof_tier():
     printed = run(["bash", str(REPO / ".ci" / "run"), "--print"], REPO, stdin=subprocess.DEVNULL)
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout.splitlines() == readme_commands()
+    assert printed.stdout.splitlines() == [*readme_commands(), proof_command()]
+    assert proof_command() == "python -m pytest -n 2 --proof"
 
 
 def test_readme_sets_up_in_dot_venv_then_runs_pytest():
@@ -49,7 +58,10 @@ def test_ci_script_runs_the_commands_in_one_shell_and_fails_on_any_failure(
 ):
     (tmp_path / ".ci").mkdir()
     (tmp_path / ".ci" / "run").write_text((REPO / ".ci" / "run").read_text())
-    readme = f"# p\n\n```bash\n# set up\n{setup}\n\n# test\n{tests}\n```\n\n```bash\nnot run\n```\n"
+    readme = (
+        f"# p\n\n```bash\n# set up\n{setup}\n\n# test\n{tests}\n```\n\n```bash\nnot run\n```\n"
+        "\nProof tier:\n\n```bash\necho proof-ran\n```\n"
+    )
     (tmp_path / "README.md").write_text(readme)
     result = run(["bash", ".ci/run"], tmp_path, stdin=subprocess.DEVNULL)
     assert result.returncode == status, result.stdout + result.stderr
@@ -57,3 +69,4 @@ def test_ci_script_runs_the_commands_in_one_shell_and_fails_on_any_failure(
     assert "tests-ran" not in result.stdout and "not run" not in result.stdout
     if status == 0:
         assert "no-stdin" in result.stdout
+    assert ("proof-ran" in result.stdout) == (status == 0)  # after the tests, and only then

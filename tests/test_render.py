@@ -220,6 +220,8 @@ print(json.dumps({"modules": names, "project": train.PROJECT}), flush=True)
 every = ["-m", "probe or not probe"]  # both of the project's tiers
 sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *every]))
 """
+
+
 # Every rendered combination: most run no test suite of their own, and a module or a test file
 # that fails to import is caught here.
 @pytest.mark.tiered

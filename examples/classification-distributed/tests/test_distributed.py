@@ -205,6 +205,7 @@ def test_two_processes_end_where_one_process_ends(two_ranks, tmp_path):
             )
 
 
+@pytest.mark.probe
 def test_a_two_process_checkpoint_resumes_in_one_and_in_two(two_ranks, tmp_path):
     # M8: Ctrl-C in epoch 3 stops both ranks (exit 130) with epoch 2 saved.
     run = ["--epochs", str(EPOCHS), "--out", str(tmp_path / "run")]
@@ -229,6 +230,7 @@ def test_a_two_process_checkpoint_resumes_in_one_and_in_two(two_ranks, tmp_path)
         assert difference <= WEIGHT_TOLERANCE, f"M6: resumed in 1 process, {difference:.2e} off"
 
 
+@pytest.mark.probe
 def test_M8_a_rank_that_fails_stops_the_others(tmp_path):
     # Rank 1 raises in epoch 2; rank 0 must not wait for it: torchrun stops it, or, failing
     # that, dist_timeout. The launch fails within seconds, and last.pt keeps epoch 1 (written
@@ -250,6 +252,7 @@ def model_args():
     return cfg, data.input_shape, data.task.output_dim
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("summed", ["fall", "rise"])
 def test_M4_decisions_are_taken_together_on_the_summed_validation_loss(tmp_path, summed):
     # One rank's own validation loss rises every epoch and the other's falls; their sum falls

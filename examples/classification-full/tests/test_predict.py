@@ -118,6 +118,7 @@ def test_predictions_are_the_models_outputs_whatever_the_layout(run, tmp_path):
         assert all(math.isclose(sum(p), 1.0, rel_tol=1e-5) for p in probabilities)
 
 
+@pytest.mark.probe
 def test_the_command_line_writes_what_the_python_api_returns(run, tmp_path):
     data, _, _, last = run
     out = tmp_path / "predictions.csv"
@@ -142,6 +143,7 @@ def test_the_command_line_writes_what_the_python_api_returns(run, tmp_path):
     assert report.is_file()
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "case", task_cases.NEW_DATA_REFUSALS, ids=[c[0] for c in task_cases.NEW_DATA_REFUSALS]
 )
@@ -159,6 +161,7 @@ def test_unusable_new_data_is_refused_in_one_line(run, tmp_path, capsys, case):
     assert not out.exists()
 
 
+@pytest.mark.probe
 def test_unusable_checkpoints_and_outputs_are_refused_and_no_file_is_lost(run, tmp_path, capsys):
     data, _, _, last = run
     kept = tmp_path / "predictions.csv"

@@ -25,7 +25,7 @@ def test_learns_the_synthetic_data(cfg):
     assert last["train_loss"] < 0.5 * result["history"][0]["train_loss"]
 
 
-@pytest.mark.parametrize("val_batch_size", [1, 7])
+@pytest.mark.parametrize("val_batch_size", [1, pytest.param(7, marks=pytest.mark.probe)])
 def test_validation_batches_change_no_training_and_no_metric(cfg, tmp_path, val_batch_size):
     # val_batch_size (0, the default: 4 x batch_size) is how many samples validation takes at
     # once: training stays the same bit for bit, and each metric is the same per-sample mean.

@@ -125,6 +125,7 @@ def test_csv_target_column_by_name(cfg, tmp_path):
     assert data.task.classes == ["a", "b"]
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
 def test_values_are_read_exactly_with_or_without_a_bom(tmp_path, bom):
     text = ' x1 , x 2 ,target\r\n0.1,-2.5e3,1\r\n\r\n3,1e-3,0\r\n1.5,"7",1\r\n'
@@ -136,6 +137,7 @@ def test_values_are_read_exactly_with_or_without_a_bom(tmp_path, bom):
     assert list(targets) == ["1", "0", "1"]
 
 
+@pytest.mark.probe
 def test_a_record_may_span_lines_and_errors_name_the_line_it_starts_on(tmp_path):
     path = write_csv(tmp_path / "d.csv", 'a,b,target\n"1\n",2,0\n3,4,1\n')
     assert read(path)[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
@@ -145,6 +147,7 @@ def test_a_record_may_span_lines_and_errors_name_the_line_it_starts_on(tmp_path)
     assert str(err.value) == f"{path}:4:2: column 'b' is 'inf', {NOT_FINITE}"
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -197,6 +200,7 @@ def test_bad_csv_is_a_one_line_error(cfg, tmp_path, pieces, content, message):
     assert str(err.value) == message.format(path=path)
 
 
+@pytest.mark.probe
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes and /dev/zero are POSIX")
 def test_a_path_that_is_no_csv_file_is_a_one_line_error(cfg, tmp_path):
     fifo = tmp_path / "pipe.csv"
@@ -215,6 +219,7 @@ def test_a_path_that_is_no_csv_file_is_a_one_line_error(cfg, tmp_path):
         assert str(err.value) == message
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_an_unreadable_file_is_a_one_line_error(cfg, tmp_path, monkeypatch, suffix):
     write = write_parquet if suffix == ".parquet" else csv_copy
@@ -231,6 +236,7 @@ def test_an_unreadable_file_is_a_one_line_error(cfg, tmp_path, monkeypatch, suff
     assert str(err.value) == f"cannot read {path}: Permission denied"
 
 
+@pytest.mark.probe
 def test_numerically_equal_labels_are_one_class(cfg, tmp_path):
     labels = ["1", "1.0", " 1 ", "1e0", "01", "0", "0.0", "-0", "+0.00"]
     rows = "".join(f"{i},{label}\n" for i, label in enumerate(labels * 3))
@@ -249,6 +255,7 @@ def test_class_ids_and_text_labels_are_classes(cfg, tmp_path):
     assert data.task.classes == ["2", "Dog", "cat", "dog"]
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "rows, grades, refused",
     [(200, 20, False), (200, 21, True), (1000, 50, False), (1000, 51, True)],
@@ -270,6 +277,7 @@ def test_a_target_with_many_fractional_values_is_continuous(cfg, tmp_path, rows,
     )
 
 
+@pytest.mark.probe
 def test_cells_only_python_reads_are_read_and_far_errors_name_their_line(tmp_path):
     # Arrow refuses '1_000' and ' 2\n' (Python's float() reads them): the csv module reads it.
     path = write_csv(tmp_path / "d.csv", 'a,b,target\n1_000,"2\n",0\n3,4,1\n')
@@ -291,6 +299,7 @@ def test_cells_only_python_reads_are_read_and_far_errors_name_their_line(tmp_pat
     assert features[-1].tolist() == [7, 7]  # 'seven', the eighth value
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("quotes", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_a_file_read_in_pieces_by_threads_is_read_as_one_piece(tmp_path, monkeypatch, seed, quotes):
@@ -320,6 +329,7 @@ def test_a_file_read_in_pieces_by_threads_is_read_as_one_piece(tmp_path, monkeyp
     assert cut.values[0] == [city for city in first_seen if city not in ("", "N/A")]
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("piece_bytes", [1, 7, 64])
 def test_pieces_cover_every_row_once(tmp_path, monkeypatch, piece_bytes):
     monkeypatch.setattr(data_module, "PIECE_BYTES", piece_bytes)
@@ -342,6 +352,7 @@ def test_pieces_cover_every_row_once(tmp_path, monkeypatch, piece_bytes):
                 assert len(pieces) == 1
 
 
+@pytest.mark.probe
 def test_a_quote_inside_a_cell_does_not_cut_a_quoted_line_break(tmp_path, pieces):
     # 5'11" is text (its quote starts no quoted cell): after it, an even count of quotes
     # comes before the line break inside "multi ... line". Cut there, the row would be split.
@@ -355,6 +366,7 @@ def test_a_quote_inside_a_cell_does_not_cut_a_quoted_line_break(tmp_path, pieces
     assert features[21:, 1].tolist() == list(range(2, 32))  # one value per multi-line note
 
 
+@pytest.mark.probe
 def test_a_bad_cell_in_a_later_piece_is_named_by_its_line(tmp_path, pieces):
     rows = "".join(f"{i},{i % 7},{i % 2}\n" for i in range(2000))
     path = write_csv(tmp_path / "d.csv", f"a,b,target\n{rows}7,inf,1\n3,4,0\n")
@@ -369,6 +381,7 @@ def test_a_bad_cell_in_a_later_piece_is_named_by_its_line(tmp_path, pieces):
     assert features[-2:].tolist() == [[7, 7], [3, 4]]  # 'seven' is the eighth value
 
 
+@pytest.mark.probe
 def test_arrow_alone_reads_text_columns_wherever_they_are(tmp_path, monkeypatch):
     def no_csv_module(*args):
         raise AssertionError("read by the csv module, not by Arrow")
@@ -382,6 +395,7 @@ def test_arrow_alone_reads_text_columns_wherever_they_are(tmp_path, monkeypatch)
     assert features[:, 2].tolist() == [0.0, 1.0]  # categories numbered as they come
 
 
+@pytest.mark.probe
 def test_a_file_too_large_for_memory_is_a_one_line_error(tmp_path, monkeypatch):
     path = csv_copy(tmp_path / "d.csv", {"a": [1, 2], "target": [0, 1]})
 
@@ -394,6 +408,7 @@ def test_a_file_too_large_for_memory_is_a_one_line_error(tmp_path, monkeypatch):
     assert str(err.value) == f"{path} does not fit in memory; train on a sample of its rows"
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_parquet_file_gives_what_the_same_table_gives_as_csv(cfg, tmp_path, seed):
     columns = random_table(seed, 300)
@@ -413,6 +428,7 @@ def test_a_parquet_file_gives_what_the_same_table_gives_as_csv(cfg, tmp_path, se
         assert torch.equal(a.features, b.features) and torch.equal(a.targets, b.targets)
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("seed", [3, 4])
 def test_new_data_may_be_parquet_with_its_columns_in_any_order(cfg, tmp_path, seed):
     columns = random_table(seed, 200)
@@ -431,6 +447,7 @@ def test_new_data_may_be_parquet_with_its_columns_in_any_order(cfg, tmp_path, se
     assert torch.equal(read[0][1].targets, read[1][1].targets)
 
 
+@pytest.mark.probe
 def test_a_pandas_index_in_a_parquet_file_is_no_feature(tmp_path):
     table = pa.table({"a": [1.0, 2.0], "row_id": [10, 11], "target": [0, 1]})
     table = table.replace_schema_metadata({"pandas": '{"index_columns": ["row_id"]}'})
@@ -438,6 +455,7 @@ def test_a_pandas_index_in_a_parquet_file_is_no_feature(tmp_path):
     assert read(str(tmp_path / "d.parquet"))[2] == ["a"]
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "columns, message",
     [
@@ -480,6 +498,7 @@ def test_bad_parquet_is_a_one_line_error(cfg, tmp_path, columns, message):
     assert str(err.value) == message.format(path=path)
 
 
+@pytest.mark.probe
 def test_a_file_that_is_no_parquet_or_a_damaged_one_is_a_one_line_error(cfg, tmp_path):
     good = Path(write_parquet(tmp_path / "good.parquet", {"a": [1.5] * 100, "target": [0, 1] * 50}))
     damaged = bytearray(good.read_bytes())
@@ -494,6 +513,7 @@ def test_a_file_that_is_no_parquet_or_a_damaged_one_is_a_one_line_error(cfg, tmp
         )
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "content, message",
     [

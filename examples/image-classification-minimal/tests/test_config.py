@@ -15,6 +15,7 @@ from image_classification_minimal.config import (
 )
 
 
+@pytest.mark.probe
 def test_a_toml_file_may_start_with_a_utf8_bom(tmp_path):
     path = tmp_path / "run.toml"
     path.write_bytes(b"\xef\xbb\xbfepochs = 7\n")
@@ -82,6 +83,7 @@ BAD_VALUES = [
 ]
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("override, toml, message", BAD_VALUES + task_cases.BAD_VALUES)
 def test_bad_values_are_the_same_error_from_set_and_from_a_file(tmp_path, override, toml, message):
     with pytest.raises(ConfigError) as err:
@@ -94,6 +96,7 @@ def test_bad_values_are_the_same_error_from_set_and_from_a_file(tmp_path, overri
     assert str(err.value) == message
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -113,6 +116,7 @@ def test_bad_flags_are_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.probe
 def test_boundary_values_are_accepted():
     assert Config(seed=0).seed == 0
     assert Config(seed=2**32 - 1).seed == 2**32 - 1
@@ -120,6 +124,7 @@ def test_boundary_values_are_accepted():
     assert load_config(None, ["epochs=1000000", *task_cases.BOUNDARY]).epochs == 10**6
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -139,6 +144,7 @@ def test_bad_file_values_are_errors(tmp_path, text, message):
     assert str(err.value) == message
 
 
+@pytest.mark.probe
 def test_a_file_that_is_no_toml_settings_file_is_a_one_line_error(tmp_path):
     latin1 = tmp_path / "latin1.toml"
     latin1.write_bytes(b"# settings\n# caf\xe9\nepochs = 3\n")
@@ -165,6 +171,7 @@ def test_a_file_that_is_no_toml_settings_file_is_a_one_line_error(tmp_path):
         assert str(err.value) == message
 
 
+@pytest.mark.probe
 def test_a_bad_config_file_is_one_line_from_the_command_line(tmp_path, capsys):
     path = tmp_path / "run.toml"
     path.write_bytes(b"lr = 0.01\n\xff\xfe\n")
@@ -173,6 +180,7 @@ def test_a_bad_config_file_is_one_line_from_the_command_line(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: {message}\n"
 
 
+@pytest.mark.probe
 def test_bad_override_is_a_one_line_error(capsys):
     assert train.main(["--set", "epochs=many", "--print-config"]) == 2
     err = capsys.readouterr().err

@@ -117,6 +117,7 @@ def test_classes_are_the_sorted_folder_names_and_labels_follow_them(image_cfg, t
     assert torch.cat([data.train.targets, data.val.targets]).tolist() == [v // 40 for v in values]
 
 
+@pytest.mark.probe
 def test_nested_images_count_and_hidden_entries_and_other_files_do_not(tmp_path):
     root = tmp_path / "pics"
     write_image(root / "cat" / "a.png")
@@ -132,6 +133,7 @@ def test_nested_images_count_and_hidden_entries_and_other_files_do_not(tmp_path)
     assert folder.ignored == 1
 
 
+@pytest.mark.probe
 def test_a_train_and_a_val_folder_are_the_split_as_given(image_cfg, tmp_path):
     root = tmp_path / "pics"
     for label, name in enumerate(["cat", "dog"]):
@@ -239,6 +241,7 @@ def message_pattern(message: str, root: Path) -> str:
     return re.escape(message.format(root=root)).replace(re.escape("(...)"), r"\([^\n]+\)")
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("case", list(BAD_FOLDERS))
 def test_a_bad_folder_is_one_line_naming_it_and_exit_2(tmp_path, capsys, case):
     make, message = BAD_FOLDERS[case]
@@ -255,6 +258,7 @@ def test_a_bad_folder_is_one_line_naming_it_and_exit_2(tmp_path, capsys, case):
     assert not out.exists() or list(out.iterdir()) == []
 
 
+@pytest.mark.probe
 def test_skip_bad_leaves_an_unreadable_file_out_and_says_so(image_cfg, tmp_path, capsys):
     root = make_folder(tmp_path / "pics", per_class=5)
     bad = root / "dog" / "bad.png"
@@ -271,6 +275,7 @@ def test_skip_bad_leaves_an_unreadable_file_out_and_says_so(image_cfg, tmp_path,
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.probe
 def test_skip_bad_that_empties_a_class_is_an_error(tmp_path):
     root = tmp_path / "pics"
     write_image(root / "cat" / "a.png")
@@ -281,6 +286,7 @@ def test_skip_bad_that_empties_a_class_is_an_error(tmp_path):
     assert str(raised.value) == f"{root}: no readable images left in class folder 'dog'"
 
 
+@pytest.mark.probe
 def test_the_memory_budget_decides_between_memory_and_streaming(image_cfg, tmp_path, capsys):
     root = make_folder(tmp_path / "pics", per_class=2)
     # 4 images x 1 channel x 512 x 512 bytes: exactly the budget of 1 MiB, which still fits.
@@ -331,6 +337,7 @@ MODES = [
 ]
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "name, make, channels, expected", MODES, ids=[f"{m[0]}-{m[2]}" for m in MODES]
 )
@@ -347,6 +354,7 @@ def test_each_image_mode_decodes_to_its_values(tmp_path, name, make, channels, e
     assert difference <= tolerance, array[0, 0].tolist()
 
 
+@pytest.mark.probe
 def test_an_image_is_scaled_by_its_shorter_side_and_cut_in_the_centre(tmp_path):
     columns = np.arange(20, dtype=np.uint8) * 10  # 0, 10, ..., 190 from left to right
     Image.fromarray(np.tile(columns, (10, 1))).save(tmp_path / "wide.png")  # 20 wide, 10 high
@@ -358,6 +366,7 @@ def test_an_image_is_scaled_by_its_shorter_side_and_cut_in_the_centre(tmp_path):
     assert abs(array[0, 0] - 51) <= 2 and abs(array[0, -1] - 139) <= 2
 
 
+@pytest.mark.probe
 def test_an_exif_rotation_is_applied(tmp_path):
     pixels = np.zeros((8, 16), dtype=np.uint8)
     pixels[:, 8:] = 255  # black on the left, white on the right
@@ -373,6 +382,7 @@ def test_an_exif_rotation_is_applied(tmp_path):
 # The cache of decoded images
 
 
+@pytest.mark.probe
 def test_a_second_load_comes_from_the_cache(image_cfg, tmp_path, monkeypatch):
     cfg = dataclasses.replace(image_cfg, data=str(make_folder(tmp_path / "pics")))
     first = load_data(cfg)
@@ -406,6 +416,7 @@ def _remove(root: Path) -> None:
     (root / "dog" / "2.png").unlink()
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "change, files", [(_touch, 6), (_rewrite_keeping_the_date, 6), (_add, 7), (_remove, 5)]
 )
@@ -421,6 +432,7 @@ def test_a_changed_folder_misses_the_cache(tmp_path, monkeypatch, change, files)
     assert len(list(cache.iterdir())) == 1  # which replaced the outdated one
 
 
+@pytest.mark.probe
 def test_a_moved_folder_still_hits_its_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     first = read_folder(make_folder(tmp_path / "pics"), cache_dir=cache)
@@ -432,6 +444,7 @@ def test_a_moved_folder_still_hits_its_cache(tmp_path, monkeypatch):
     assert again.cached and torch.equal(again.train.images, first.train.images)
 
 
+@pytest.mark.probe
 def test_a_new_cache_removes_only_outdated_and_abandoned_files(tmp_path):
     root, cache = make_folder(tmp_path / "pics"), tmp_path / "cache"
     read_folder(root, cache_dir=cache)
@@ -452,6 +465,7 @@ def test_a_new_cache_removes_only_outdated_and_abandoned_files(tmp_path):
     assert len(left) == 4  # the three kept files and the new cache
 
 
+@pytest.mark.probe
 def test_runs_cache_in_the_users_cache_folder_wherever_they_start(tmp_path, monkeypatch):
     import subprocess
     import sys
@@ -470,6 +484,7 @@ def test_runs_cache_in_the_users_cache_folder_wherever_they_start(tmp_path, monk
     assert list((tmp_path / "cwd").iterdir()) == []  # nothing where the run started
 
 
+@pytest.mark.probe
 def test_other_image_settings_miss_the_cache(tmp_path, monkeypatch):
     root, cache = make_folder(tmp_path / "pics"), tmp_path / "cache"
     read_folder(root, cache_dir=cache)
@@ -480,6 +495,7 @@ def test_other_image_settings_miss_the_cache(tmp_path, monkeypatch):
     assert len(list(cache.iterdir())) == 3
 
 
+@pytest.mark.probe
 def test_a_damaged_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch):
     root, cache = make_folder(tmp_path / "pics"), tmp_path / "cache"
     first = read_folder(root, cache_dir=cache)
@@ -499,6 +515,7 @@ def test_a_damaged_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch):
     assert rebuilt.cached and torch.equal(rebuilt.train.images, first.train.images)
 
 
+@pytest.mark.probe
 def test_an_empty_cache_dir_setting_writes_no_cache(image_cfg, tmp_path, monkeypatch):
     root = make_folder(tmp_path / "pics")
     monkeypatch.chdir(tmp_path)
@@ -676,6 +693,7 @@ def nearest_class_mean(features: torch.Tensor, labels: torch.Tensor, classes: in
     return (predicted == labels[half:]).double().mean().item()
 
 
+@pytest.mark.probe
 def test_synthetic_classes_are_not_told_apart_by_mean_pixel_values():
     generator = torch.Generator().manual_seed(0)
     images, labels = make_synthetic(800, num_classes=4, image_size=16, generator=generator)

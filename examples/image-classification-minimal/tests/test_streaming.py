@@ -56,6 +56,7 @@ def test_streamed_images_train_bit_for_bit_as_in_memory_with_any_worker_count(fo
             assert torch.equal(streamed[name], tensor), (workers, name)
 
 
+@pytest.mark.probe
 def test_an_unreadable_file_met_while_streaming_is_one_line_naming_it(folder_cfg, tmp_path):
     bad = tmp_path / "images" / "dark" / "broken.png"
     bad.write_bytes(b"not a png")
@@ -68,6 +69,7 @@ def test_an_unreadable_file_met_while_streaming_is_one_line_naming_it(folder_cfg
     assert "\n" not in message and "Traceback" not in message
 
 
+@pytest.mark.probe
 def test_skip_bad_leaves_unreadable_files_out_while_streaming(folder_cfg, tmp_path):
     (tmp_path / "images" / "dark" / "broken.png").write_bytes(b"not a png")
     cfg = dataclasses.replace(folder_cfg, memory_budget_mb=0, workers=0, skip_bad=True)

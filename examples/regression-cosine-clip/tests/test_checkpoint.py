@@ -39,7 +39,10 @@ def project_model(cfg):
     return build_model(cfg, data.input_shape, data.task.output_dim)
 
 
-@pytest.mark.parametrize("seed", [1, 123, 2024])
+# One seed in the default tier, the others with the probes.
+@pytest.mark.parametrize(
+    "seed", [1, *(pytest.param(s, marks=pytest.mark.probe) for s in (123, 2024))]
+)
 def test_round_trip_gives_the_same_predictions(cfg, seed):
     # A high learning rate makes the validation loss jump about, so the last epoch is seldom
     # the best: the case where last.pt and best.pt hold different weights.
@@ -64,6 +67,7 @@ def test_checkpoint_holds_what_a_resume_needs(cfg):
     assert checkpoint["epoch"] == cfg.epochs
 
 
+@pytest.mark.probe
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     save_checkpoint({"epoch": 1}, path)
@@ -79,6 +83,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
+@pytest.mark.probe
 def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
     # What a run killed during save_checkpoint leaves: the same mkstemp call, never renamed.
     leftovers = []
@@ -119,17 +124,20 @@ def real_checkpoint(cfg) -> bytes:
         return f.read()
 
 
+@pytest.mark.probe
 def test_missing_file_is_refused(tmp_path):
     path = tmp_path / "last.pt"
     assert_refused(path, f"checkpoint {path} does not exist; {HINT}")
 
 
+@pytest.mark.probe
 def test_folder_is_refused(tmp_path):
     assert_refused(
         tmp_path, f"checkpoint {tmp_path} is a folder; give a file in it, e.g. {tmp_path}/last.pt"
     )
 
 
+@pytest.mark.probe
 def test_unreadable_file_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     save_checkpoint({"epoch": 1}, path)
@@ -143,6 +151,7 @@ def test_unreadable_file_is_refused(tmp_path, monkeypatch):
     assert_refused(path, f"cannot read checkpoint {path}: Permission denied; check its permissions")
 
 
+@pytest.mark.probe
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_pipe_is_refused_without_waiting(tmp_path):
     path = tmp_path / "last.pt"
@@ -150,12 +159,14 @@ def test_pipe_is_refused_without_waiting(tmp_path):
     assert_refused(path, f"checkpoint {path} is not a regular file; {HINT}")
 
 
+@pytest.mark.probe
 def test_empty_file_is_refused(tmp_path):
     path = tmp_path / "last.pt"
     path.write_bytes(b"")
     assert_refused(path, f"checkpoint {path} is empty; {HINT}")
 
 
+@pytest.mark.probe
 def test_truncated_checkpoint_is_refused_wherever_it_was_cut(real_checkpoint, tmp_path):
     size = len(real_checkpoint)
     cuts = sorted({*range(1, 64), *range(64, size, max(1, size // 400)), *range(size - 64, size)})
@@ -171,6 +182,7 @@ def test_truncated_checkpoint_is_refused_wherever_it_was_cut(real_checkpoint, tm
     assert load_checkpoint(path)["epoch"] == 1
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("seed", [0, 7, 31337])
 def test_random_bytes_are_refused(tmp_path, seed):
     rng = random.Random(seed)
@@ -183,6 +195,7 @@ def test_random_bytes_are_refused(tmp_path, seed):
         )
 
 
+@pytest.mark.probe
 def test_plain_pickle_is_refused_without_torch_warnings(tmp_path):
     path = tmp_path / "last.pt"
     path.write_bytes(pickle.dumps({"epoch": 1}, protocol=4))
@@ -194,6 +207,7 @@ def test_plain_pickle_is_refused_without_torch_warnings(tmp_path):
         )
 
 
+@pytest.mark.probe
 def test_pickled_model_object_is_refused_without_running_its_code(cfg, tmp_path):
     model = project_model(cfg)
     path = tmp_path / "last.pt"
@@ -206,6 +220,7 @@ def test_pickled_model_object_is_refused_without_running_its_code(cfg, tmp_path)
     )
 
 
+@pytest.mark.probe
 def test_pickled_object_inside_a_dict_is_refused(tmp_path):
     path = tmp_path / "last.pt"
     torch.save({"epoch": 1, "args": argparse.Namespace(lr=0.1)}, path)
@@ -227,6 +242,7 @@ class RunsACommand:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.probe
 def test_a_pickle_built_to_run_a_command_is_refused_and_runs_nothing(tmp_path):
     path, marker = tmp_path / "last.pt", tmp_path / "ran"
     torch.save({"epoch": 1, "model": RunsACommand(marker)}, path)
@@ -240,6 +256,7 @@ def test_a_pickle_built_to_run_a_command_is_refused_and_runs_nothing(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     ("content", "kind"),
     [
@@ -254,6 +271,7 @@ def test_content_that_is_not_a_dict_is_refused(tmp_path, content, kind):
     assert_refused(path, f"checkpoint {path} holds {kind}, not a checkpoint dict; {HINT}")
 
 
+@pytest.mark.probe
 def test_state_dict_alone_is_not_a_training_checkpoint(cfg, tmp_path):
     path = tmp_path / "model.pt"
     torch.save(project_model(cfg).state_dict(), path)
@@ -266,6 +284,7 @@ def test_state_dict_alone_is_not_a_training_checkpoint(cfg, tmp_path):
     )
 
 
+@pytest.mark.probe
 def test_missing_keys_are_named(tmp_path):
     path = tmp_path / "last.pt"
     save_checkpoint({"model": {}, "epoch": 3, "config": {}}, path)
@@ -318,6 +337,7 @@ def written_epochs(monkeypatch) -> list[tuple[int, str]]:
     return calls
 
 
+@pytest.mark.probe
 def test_linked_checkpoint_keeps_its_content_when_the_original_is_replaced(tmp_path):
     last, best = tmp_path / "last.pt", tmp_path / "best.pt"
     save_checkpoint({"epoch": 1}, last)
@@ -329,6 +349,7 @@ def test_linked_checkpoint_keeps_its_content_when_the_original_is_replaced(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
 
 
+@pytest.mark.probe
 def test_without_hard_links_best_pt_is_a_copy(tmp_path, monkeypatch):
     def no_links(*args, **kwargs):
         raise PermissionError(1, "Operation not permitted")
@@ -341,6 +362,7 @@ def test_without_hard_links_best_pt_is_a_copy(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("every_s", [0.0, 10.0])
 def test_best_pt_is_last_pt_when_the_last_epoch_is_the_best(cfg, monkeypatch, every_s):
     scripted_losses(monkeypatch, [1.0, 0.9, 0.8, 0.7], {})
@@ -350,6 +372,7 @@ def test_best_pt_is_last_pt_when_the_last_epoch_is_the_best(cfg, monkeypatch, ev
     assert load_checkpoint(best)["epoch"] == 4
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("every_s", [0.0, 10.0, 1e6])
 def test_best_pt_keeps_the_best_epoch_after_later_epochs(cfg, monkeypatch, every_s):
     weights = {}
@@ -363,6 +386,7 @@ def test_best_pt_keeps_the_best_epoch_after_later_epochs(cfg, monkeypatch, every
     assert (last["epoch"], last["best_epoch"]) == (5, 2)
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     ("every_s", "expected"),
     [
@@ -386,6 +410,7 @@ def test_last_pt_is_written_when_due_and_after_the_last_epoch(cfg, monkeypatch, 
         assert len(f.read().splitlines()) == 1 + len(result["history"])
 
 
+@pytest.mark.probe
 def test_ctrl_c_writes_the_kept_epoch_and_the_run_resumes_to_the_same_bits(cfg, monkeypatch):
     cfg = dataclasses.replace(cfg, epochs=4, device="cpu", checkpoint_every_s=1e6)
     full = train.fit(dataclasses.replace(cfg, out=f"{cfg.out}-full"))
@@ -421,6 +446,7 @@ class Killed(BaseException):
     """Stops fit as a kill would: no except clause of it runs, nothing is written after."""
 
 
+@pytest.mark.probe
 def test_a_killed_run_loses_only_the_unwritten_epochs_and_resumes_to_the_same_bits(
     cfg, monkeypatch
 ):

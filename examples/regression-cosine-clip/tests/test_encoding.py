@@ -110,6 +110,7 @@ def test_categories_and_missing_numbers_are_learned_from_the_training_rows(cfg, 
             assert x[4] == 2 + kept["shop"].index(columns["shop"][r])
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("seed", [3, 4])
 def test_a_parquet_file_gives_what_the_same_table_gives_as_csv(cfg, tmp_path, seed):
     columns = mixed_table(seed, 200)
@@ -125,6 +126,7 @@ def test_a_parquet_file_gives_what_the_same_table_gives_as_csv(cfg, tmp_path, se
         assert torch.equal(a.features, b.features) and torch.equal(a.targets, b.targets)
 
 
+@pytest.mark.probe
 def test_every_missing_word_is_missing_in_numbers_and_categories(cfg, tmp_path):
     words = [*MISSING_CELLS, " NA ", '" "']
     lines = [f"{i},{i % 3},c{i % 2},{i % 2}" for i in range(20)]
@@ -141,6 +143,7 @@ def test_every_missing_word_is_missing_in_numbers_and_categories(cfg, tmp_path):
     assert late[:, 3].tolist() == [MISSING] * len(words)
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_missing_refuse_names_the_cell_and_keeps_missing_categories(cfg, tmp_path, suffix):
     columns = mixed_table(5, 50)
@@ -162,6 +165,7 @@ def test_missing_refuse_names_the_cell_and_keeps_missing_categories(cfg, tmp_pat
     assert MISSING in colors
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("cell", ["", "NA"])
 def test_a_missing_target_is_refused_with_its_row(cfg, tmp_path, cell):
     columns = mixed_table(6, 40)
@@ -177,6 +181,7 @@ def test_a_missing_target_is_refused_with_its_row(cfg, tmp_path, cell):
     assert str(err.value).startswith(f"{path}:6:5: target 'target' ")
 
 
+@pytest.mark.probe
 def test_an_identifier_column_is_refused_and_drop_leaves_it_out(cfg, tmp_path):
     columns = mixed_table(7, 100)
     columns["name"] = [f"customer {i}" for i in range(100)]
@@ -193,6 +198,7 @@ def test_an_identifier_column_is_refused_and_drop_leaves_it_out(cfg, tmp_path):
         load_data(dataclasses.replace(cfg, data=path, drop="nmae"))
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("seed", [8, 9])
 def test_max_categories_keeps_the_most_frequent_values(cfg, tmp_path, seed):
     rng = random.Random(seed)
@@ -210,6 +216,7 @@ def test_max_categories_keeps_the_most_frequent_values(cfg, tmp_path, seed):
     assert unknown == len(data.train) - sum(counts) > 0  # the rarer values share the unknown one
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "encoding, learned",
     [("auto", [False, True]), ("onehot", [False, False]), ("embedding", [True, True])],
@@ -232,6 +239,7 @@ def test_the_model_reads_categories_one_hot_or_as_learned_vectors(cfg, encoding,
         assert one_hot[0].tolist() == [1.0] + [0.0] * (small - 1)
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize("seed", [10, 11])
 def test_a_target_carried_by_a_category_is_learned_and_new_files_get_the_same_encoding(
     cfg, tmp_path, seed

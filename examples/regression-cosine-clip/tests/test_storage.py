@@ -13,6 +13,9 @@ from regression_cosine_clip.storage import (
 )
 from regression_cosine_clip.train import fit
 
+# Every test here is a probe (the disk path for tables larger than memory): `pytest -m probe` runs them.
+pytestmark = pytest.mark.probe
+
 
 def write_table(path, seed: int, rows: int) -> str:
     """Numbers with missing cells (so a second matrix, with indicator columns, is made too),

@@ -38,6 +38,7 @@ def small(cfg, **changes):
 # CSV files
 
 
+@pytest.mark.probe
 def test_a_csv_file_gives_texts_and_labels_and_ignores_other_columns(cfg, tmp_path):
     rows = ["id,review,stars,note"]
     rows += [f'{i},"great film, {i} times ""wow""",{i % 2 + 1},x' for i in range(6)]
@@ -50,6 +51,7 @@ def test_a_csv_file_gives_texts_and_labels_and_ignores_other_columns(cfg, tmp_pa
     assert {"great", "film", ",", "wow", '"'} <= set(words) and "x" not in words
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -90,6 +92,7 @@ def test_bad_csv_files_are_one_line_naming_the_place(cfg, tmp_path, content, mes
     assert str(caught.value) == message.format(path=path)
 
 
+@pytest.mark.probe
 def test_continuous_labels_are_refused(cfg, tmp_path):
     rows = ["text,target"] + [f"doc {i},{i / 7:.4f}" for i in range(40)]
     path = write(tmp_path / "docs.csv", "\n".join(rows))
@@ -97,6 +100,7 @@ def test_continuous_labels_are_refused(cfg, tmp_path):
         load_data(small(cfg, data=str(path)))
 
 
+@pytest.mark.probe
 def test_text_that_is_not_utf8_names_file_line_and_column(cfg, tmp_path):
     path = write(tmp_path / "docs.csv", "text,target\nnaïve,1\ncafé,2\n", encoding="latin-1")
     with pytest.raises(DataError) as caught:
@@ -104,6 +108,7 @@ def test_text_that_is_not_utf8_names_file_line_and_column(cfg, tmp_path):
     assert str(caught.value) == f"{path}:2:3: byte 0xef is not UTF-8; save it as UTF-8"
 
 
+@pytest.mark.probe
 def test_a_device_is_refused_instead_of_read_forever(cfg):
     if not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero here")
@@ -122,6 +127,7 @@ def make_folder(root: Path, per_class: int = 4) -> Path:
     return root
 
 
+@pytest.mark.probe
 def test_a_folder_gives_one_class_per_sub_folder(cfg, tmp_path):
     root = make_folder(tmp_path / "texts")
     write(root / "ham" / "notes.md", "not a document")  # other suffixes are left out
@@ -130,6 +136,7 @@ def test_a_folder_gives_one_class_per_sub_folder(cfg, tmp_path):
     assert len(data.train) + len(data.val) == 8
 
 
+@pytest.mark.probe
 def test_train_and_val_folders_are_the_split(cfg, tmp_path):
     make_folder(tmp_path / "texts" / "train", per_class=3)
     make_folder(tmp_path / "texts" / "val", per_class=1)
@@ -137,6 +144,7 @@ def test_train_and_val_folders_are_the_split(cfg, tmp_path):
     assert (len(data.train), len(data.val)) == (6, 2)
 
 
+@pytest.mark.probe
 @pytest.mark.parametrize(
     "layout, message",
     [
@@ -167,6 +175,7 @@ def test_bad_folders_are_one_line_naming_the_place(cfg, tmp_path, layout, messag
     assert str(caught.value) == message.format(root=root)
 
 
+@pytest.mark.probe
 def test_the_command_line_reads_a_csv_file_and_prints_bad_input_as_one_line(tmp_path, capsys):
     rows = ["body,label"] + [
         f"{'good fine' if i % 2 else 'bad poor'} text {i},{i % 2}" for i in range(40)

@@ -16,7 +16,11 @@ from text_classification_minimal.checkpoint import (
     load_checkpoint,
 )
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL")
+# A probe (`pytest -m probe` runs it): kills at random moments, then resumes.
+pytestmark = [
+    pytest.mark.probe,
+    pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL"),
+]
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SEEDS = [5, 2718]

@@ -6,7 +6,8 @@ import pytest
 
 from tests.conftest import PYTHON, REPO, TASKS, run
 
-pytestmark = pytest.mark.slow
+# The proof tier: minutes of training, kept out of the everyday run.
+pytestmark = [pytest.mark.slow, pytest.mark.proof]
 
 
 def test_quick_benchmark_writes_a_table_and_a_chart(tmp_path):

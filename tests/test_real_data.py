@@ -11,7 +11,8 @@ from tests.conftest import render
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 LogisticRegression = pytest.importorskip("sklearn.linear_model").LogisticRegression
 
-pytestmark = pytest.mark.slow
+# The proof tier: minutes of training, kept out of the everyday run.
+pytestmark = [pytest.mark.slow, pytest.mark.proof]
 
 
 @pytest.mark.parametrize("dataset", ["load_breast_cancer", "load_wine"])

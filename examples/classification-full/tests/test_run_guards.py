@@ -33,7 +33,8 @@ from classification_full.engine import (
 from classification_full.model import build_model
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-# Every test here is a probe (bad settings, exit codes, divergence, Ctrl-C, full disks, refused resumes): `pytest -m probe` runs them.
+# Probes, all (`pytest -m probe`): bad settings, exit codes, divergence, Ctrl-C, full
+# disks, refused resumes.
 pytestmark = pytest.mark.probe
 
 # Small and on the CPU: these tests are about what happens around the epochs.

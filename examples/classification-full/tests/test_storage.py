@@ -13,7 +13,7 @@ from classification_full.storage import (
 )
 from classification_full.train import fit
 
-# Every test here is a probe (the disk path for tables larger than memory): `pytest -m probe` runs them.
+# Probes, all (`pytest -m probe`): the disk path for tables larger than memory.
 pytestmark = pytest.mark.probe
 
 

@@ -22,9 +22,8 @@ from classification_full.task import METRICS
 
 SMALL = ["--device", "cpu", *(flag for value in task_cases.SMALL for flag in ("--set", value))]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# Every test here is a probe (progress bars, TensorBoard, curves and the last line): `pytest -m probe` runs them.
+# Probes, all (`pytest -m probe`): progress bars, TensorBoard, the curves, the last line.
 pytestmark = pytest.mark.probe
-
 
 
 def small_config(out: Path, *settings: str):

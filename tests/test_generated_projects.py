@@ -21,10 +21,26 @@ ONE_PER_TASK = [next(o for o in COVERING if o.task == task) for task in TASKS]
 REST = [o for o in COVERING if o not in ONE_PER_TASK]
 ALL = "probe or not probe"
 
+# Generated tests known to fail on one combination, found by the proof tier and not fixed yet:
+# (combination, test) -> the failing assertion as pytest prints it. Left out of that suite's
+# run, and checked to fail still by test_a_known_failure_still_fails (which fails once it is
+# fixed, so this list stays true).
+_LEARNS = "tests/test_training.py::test_learns_the_synthetic_data"
+KNOWN_FAILURES = {
+    # Found 2026-12-02 (present at 18a528c too): with plateau_patience=0 the plateau schedule
+    # halves the learning rate after every epoch without a new best, and the image CNN under
+    # bf16 autocast ends 20 epochs at 0.53x its first training loss, not under 0.5x.
+    ("imacla-plateau-amp-noclip-es-noddp", _LEARNS):
+        "assert 0.7293502402305603 < (0.5 * 1.382072262763977)",
+}  # fmt: skip
 
-def run_suite(project, marks: str | None):
+
+def run_suite(project, marks: str | None, options=None):
     command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += ["-m", marks] if marks is not None else []
+    for combo, node in KNOWN_FAILURES:
+        if options is not None and combo == combo_id(options):
+            command += ["--deselect", node]
     result = run(command, project, env=project_env(), timeout=1200)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
@@ -46,9 +62,22 @@ def test_generated_default_tier_passes_and_leaves_the_probes_out(render_combo, o
     ids=lambda v: combo_id(v) if not isinstance(v, str) else ("probes" if v == "probe" else "all"),
 )
 def test_generated_suite_passes(render_combo, options, marks):
-    summary = run_suite(render_combo(options).dest, marks)
+    summary = run_suite(render_combo(options).dest, marks, options)
+    known = [node for combo, node in KNOWN_FAILURES if combo == combo_id(options)]
     if marks == ALL:
-        assert " deselected" not in summary, summary
+        assert (" deselected" in summary) == bool(known), summary
+
+
+@pytest.mark.proof
+@pytest.mark.parametrize("combo, node", list(KNOWN_FAILURES), ids=lambda v: v.split("::")[-1])
+def test_a_known_failure_still_fails(render_combo, combo, node):
+    (options,) = [o for o in COVERING if combo_id(o) == combo]
+    command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", ALL, node]
+    result = run(command, render_combo(options).dest, env=project_env(), timeout=1200)
+    assert result.returncode == 1, (
+        f"{node} passes on {combo} now: remove it from KNOWN_FAILURES\n" + result.stdout[-2000:]
+    )
+    assert KNOWN_FAILURES[combo, node] in result.stdout, result.stdout[-2000:]
 
 
 @pytest.mark.tiered

@@ -531,11 +531,10 @@ def write_table(results: list[Result], path: Path = tables.EQUIVALENTS_TABLE) ->
 
 def write_recorded_table() -> bool:
     """Write the table from the proof tier's records, if every case has one."""
-    records = tables.recorded("equivalents")
-    if set(records) != {case_key(o, e) for o, e in CASES}:
-        return False
-    write_table([Result.from_record(records[case_key(o, e)]) for o, e in CASES])
-    return True
+    records = tables.every_record("equivalents", [case_key(o, e) for o, e in CASES])
+    if records is not None:
+        write_table([Result.from_record(r) for r in records])
+    return records is not None
 
 
 def main(argv: list[str] | None = None) -> int:

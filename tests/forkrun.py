@@ -53,7 +53,6 @@ class Picker:
         self.rule = rule
         self.stop_at_first = stop_at_first
         self.failures: dict[str, str] = {}
-        self.ran: list[str] = []
         self.session = None
 
     def pytest_sessionstart(self, session):
@@ -78,11 +77,9 @@ class Picker:
             items.sort(key=lambda item: (not self.names_rule(item), _in_float16(item)))
 
     def pytest_runtest_logreport(self, report):
-        name = report.nodeid.rsplit("::", 1)[-1]
-        if report.when == "call" or report.failed:
-            self.ran.append(name)
         if not report.failed:
             return
+        name = report.nodeid.rsplit("::", 1)[-1]
         crash = getattr(report.longrepr, "reprcrash", None)
         message = crash.message if crash is not None else str(report.longrepr)
         if report.when != "call":  # the message JUnit XML gives an error in a fixture
@@ -100,7 +97,7 @@ def _in_float16(item) -> bool:
     return any(isinstance(v, str) and v == "float16" for v in values)
 
 
-def _child(job: dict, log) -> dict:
+def _child(job: dict) -> dict:
     """What a forked child does with a job; its return value is the job's result."""
     os.chdir(job["cwd"])
     os.environ.update(job.get("env", {}))
@@ -129,7 +126,6 @@ def _child(job: dict, log) -> dict:
         "imports": True,
         "returncode": returncode,
         "failures": picker.failures,
-        "ran": picker.ran,
     }
 
 
@@ -150,7 +146,7 @@ def _run_forked(job: dict) -> dict:
                 sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
                 os.setpgid(0, 0)  # its own group: a timeout kills what it launched too
                 try:
-                    result = _child(job, log)
+                    result = _child(job)
                 except BaseException:  # noqa: BLE001 - reported, not raised
                     result = {"crashed": traceback.format_exc()[-1500:]}
                 sys.stdout.flush()

@@ -3,7 +3,9 @@ when a committed table describes another template than the current one."""
 
 import datetime
 import hashlib
+import json
 import re
+import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,14 +68,10 @@ RESULTS = REPO / ".proof-results"
 
 
 def clear_results() -> None:
-    import shutil
-
     shutil.rmtree(RESULTS, ignore_errors=True)
 
 
 def record(suite: str, key: str, data: dict) -> None:
-    import json
-
     folder = RESULTS / suite
     folder.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
@@ -81,8 +79,15 @@ def record(suite: str, key: str, data: dict) -> None:
 
 
 def recorded(suite: str) -> dict[str, dict]:
-    import json
-
     folder = RESULTS / suite
     records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     return {r["key"]: r for r in records}
+
+
+def every_record(suite: str, keys: list[str]) -> list[dict] | None:
+    """The suite's records in the order of `keys`, or None unless every key has one (not after
+    a run of some cases, with -k or a failure that stopped pytest)."""
+    records = recorded(suite)
+    if set(records) != set(keys):
+        return None
+    return [records[key] for key in keys]

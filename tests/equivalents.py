@@ -335,20 +335,22 @@ EQUIVALENTS = [
 # digest of the final weights and the history: a rewrite must give the generated code's.
 FINGERPRINT = """
 import dataclasses, hashlib, json, sys
+import task_cases
 from {package} import train
-from {package}.config import Config
+from {package}.config import Config, load_config
 
 fields = {{f.name for f in dataclasses.fields(Config)}}
 prints = {{}}
 for dtype in ("bfloat16", "float16") if "amp_dtype" in fields else ("none",):
     out = f"{{sys.argv[1]}}/{{dtype}}"
-    # 200 samples: 160 to train on (64 + 64 + a ragged 32) and 40 to validate.
-    settings = {{"n_samples": 200, "epochs": 3, "device": "cpu", "out": out}}
+    # The task's small model, as the loop tests run it. 200 samples: 160 to train on (64 + 64 +
+    # a ragged 32) and 40 to validate.
+    settings = ["n_samples=200", "epochs=3", "device=cpu", f"out={{out}}"]
     if "amp_dtype" in fields:
-        settings["amp_dtype"] = dtype
+        settings.append(f"amp_dtype={{dtype}}")
     if "max_grad_norm" in fields:
-        settings["max_grad_norm"] = 0.5  # low enough that some steps are clipped
-    result = train.fit(Config(**settings))
+        settings.append("max_grad_norm=0.5")  # low enough that some steps are clipped
+    result = train.fit(load_config(None, [*task_cases.SMALL, *settings]))
     digest = hashlib.sha256()
     for name, tensor in sorted(result["model"].state_dict().items()):
         digest.update(name.encode() + tensor.cpu().numpy().tobytes())
@@ -363,7 +365,7 @@ def training_fingerprint(project: Path, package: str, isolation: str = "fork") -
         source = FINGERPRINT.format(package=package)
         if isolation == "fork":
             done = forkrun.POOL.run(
-                {"kind": "script", "cwd": str(project), "sys_path": ["src"], "source": source,
+                {"kind": "script", "cwd": str(project), "sys_path": ["src", "tests"], "source": source,
                  "argv": [out], "log": f"{out}/fingerprint.log", "timeout": 600}
             )  # fmt: skip
             lines = done.get("output", "").strip().splitlines() or ["no output"]
@@ -372,7 +374,7 @@ def training_fingerprint(project: Path, package: str, isolation: str = "fork") -
             return json.loads(lines[-1])
         done = subprocess.run(
             [sys.executable, "-c", source, out],
-            cwd=project, env={**os.environ, "PYTHONPATH": "src", "OMP_NUM_THREADS": "1"},
+            cwd=project, env={**os.environ, "PYTHONPATH": "src:tests", "OMP_NUM_THREADS": "1"},
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
     if done.returncode != 0:

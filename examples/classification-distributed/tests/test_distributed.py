@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+import conftest
 import task_cases
 from classification_distributed import train
 from classification_distributed.config import load_config
@@ -26,7 +27,7 @@ SRC = HERE.parent / "src"
 SETTINGS = ["--device", "cpu", "--set", "dropout=0", "--set", "dist_timeout=15"]
 SETTINGS += ["--set", "batch_size=25", "--set", "val_batch_size=25"]
 EVERY_EPOCH = ["--set", "checkpoint_every_s=0"]  # last.pt written after each epoch
-SETTINGS += [flag for value in task_cases.SMALL for flag in ("--set", value)]
+SETTINGS += conftest.SMALL_FLAGS
 EPOCHS = 3
 # Measured: 2 ranks against 1 process after 3 epochs differ by at most ~1e-7 in a weight
 # (float32 sums in another order); the bounds are 100 times that.

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+import conftest
 import loop_recorder
 from classification_full import data as data_module
 from classification_full import train
@@ -21,16 +22,16 @@ from classification_full.engine import (
 )
 from classification_full.model import build_model
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 AMP_DTYPES = ["float16", "bfloat16"]  # fp16 turns the GradScaler on, bf16 leaves it off
 
 
 def small_config(tmp_path, **changes) -> Config:
-    # 330 samples: 264 to train on (4 batches of 64 and one of 8) and 66 to validate (64 + 2).
-    settings = {"n_samples": 330, "epochs": 3, "device": DEVICE, "out": str(tmp_path / "run")}
+    # The task's small model (conftest.py). 330 samples: 264 to train on (4 batches of 64 and
+    # one of 8) and 66 to validate (64 + 2).
+    settings = {"n_samples": 330, "epochs": 3, "out": str(tmp_path / "run")}
     # Gradient norms here are about 0.4 to 2.5: some steps are clipped and some are not.
     settings["max_grad_norm"] = 0.5
-    return Config(**{**settings, **changes})
+    return conftest.small_config(**{**settings, **changes})
 
 
 @pytest.fixture(scope="module", params=AMP_DTYPES)
@@ -158,7 +159,7 @@ def test_R5_the_scaler_wraps_backward_and_the_step(run):
 
 def test_R6_autocast_covers_the_forward_pass_only_and_the_scaler_only_fp16(run):
     cfg, recorder, result, error = run
-    dtype = train.autocast_dtype(cfg.amp_dtype, torch.device(DEVICE))
+    dtype = train.autocast_dtype(cfg.amp_dtype, torch.device(conftest.DEVICE))
     for where, step in judged_steps(recorder):
         assert not step.autocast_in_backward, f"R6: backward() runs inside autocast {where}"
     for forward in recorder.train_forwards():
@@ -261,7 +262,7 @@ def two_batches(split, device) -> list:
 
 def test_R12_epoch_metrics_are_per_sample_means(tmp_path):
     cfg = small_config(tmp_path, dropout=0.0)
-    device = torch.device(DEVICE)
+    device = torch.device(conftest.DEVICE)
     data = data_module.load_data(cfg)
     model = build_model(cfg, data.input_shape, data.task.output_dim).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # no update: the weights stay fixed

@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+import conftest
 import task_cases
 from classification_minimal import train
 from classification_minimal.checkpoint import load_checkpoint
@@ -18,9 +19,9 @@ def read_rows(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_learns_the_synthetic_data(cfg):
-    result = train.fit(dataclasses.replace(cfg, n_samples=2048, epochs=20))
-    task_cases.assert_learned(result["history"], cfg, result["data"])
+def test_learns_the_synthetic_data(project_cfg):
+    result = train.fit(dataclasses.replace(project_cfg, n_samples=2048, epochs=20))
+    task_cases.assert_learned(result["history"], project_cfg, result["data"])
     last = result["history"][-1]
     assert last["train_loss"] < 0.5 * result["history"][0]["train_loss"]
 
@@ -45,7 +46,9 @@ def test_validation_batches_change_no_training_and_no_metric(cfg, tmp_path, val_
 
 def test_command_line_run_writes_metrics_and_checkpoints(cfg, tmp_path, capsys):
     out = tmp_path / "run"
-    assert train.main(["--epochs", "3", "--out", str(out), "--device", cfg.device]) == 0
+    # The task's small model: the scaffold's own tests run the default one from the command line.
+    command = ["--epochs", "3", "--out", str(out), "--device", cfg.device, *conftest.SMALL_FLAGS]
+    assert train.main(command) == 0
     rows = read_rows(out / "metrics.csv")
     assert [row["epoch"] for row in rows] == ["1", "2", "3"]
     columns = ["epoch", "lr", "train_loss", "val_loss"] + [f"val_{m}" for m in METRICS]

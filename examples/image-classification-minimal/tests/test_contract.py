@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+import conftest
 import loop_recorder
 from image_classification_minimal import data as data_module
 from image_classification_minimal import train
@@ -21,13 +22,12 @@ from image_classification_minimal.engine import (
 )
 from image_classification_minimal.model import build_model
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
 
 def small_config(tmp_path, **changes) -> Config:
-    # 330 samples: 264 to train on (4 batches of 64 and one of 8) and 66 to validate (64 + 2).
-    settings = {"n_samples": 330, "epochs": 3, "device": DEVICE, "out": str(tmp_path / "run")}
-    return Config(**{**settings, **changes})
+    # The task's small model (conftest.py). 330 samples: 264 to train on (4 batches of 64 and
+    # one of 8) and 66 to validate (64 + 2).
+    settings = {"n_samples": 330, "epochs": 3, "out": str(tmp_path / "run")}
+    return conftest.small_config(**{**settings, **changes})
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def two_batches(split, device) -> list:
 
 def test_R12_epoch_metrics_are_per_sample_means(tmp_path):
     cfg = small_config(tmp_path, dropout=0.0)
-    device = torch.device(DEVICE)
+    device = torch.device(conftest.DEVICE)
     data = data_module.load_data(cfg)
     model = build_model(cfg, data.input_shape, data.task.output_dim).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # no update: the weights stay fixed

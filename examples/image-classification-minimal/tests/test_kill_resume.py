@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import task_cases
+import conftest
 from image_classification_minimal.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -25,7 +25,7 @@ pytestmark = [
 SRC = Path(__file__).resolve().parents[1] / "src"
 SEEDS = [5, 2718]
 # A small run: the point is the order of events, not the learning.
-SMALL = [flag for value in task_cases.SMALL for flag in ("--set", value)]
+SMALL = conftest.SMALL_FLAGS
 # Every epoch written (checkpoint_every_s 0), so that epoch 2 is being written when it dies.
 SETTINGS = ["--epochs", "4", "--device", "cpu", "--set", "checkpoint_every_s=0", *SMALL]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import conftest
 import task_cases
 from image_classification_minimal import (
     engine,
@@ -20,7 +21,7 @@ from image_classification_minimal.data import load_data
 from image_classification_minimal.model import build_model
 from image_classification_minimal.task import METRICS
 
-SMALL = ["--device", "cpu", *(flag for value in task_cases.SMALL for flag in ("--set", value))]
+SMALL = ["--device", "cpu", *conftest.SMALL_FLAGS]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Probes, all (`pytest -m probe`): progress bars, TensorBoard, the curves, the last line.
 pytestmark = pytest.mark.probe

@@ -8,10 +8,10 @@ from text_classification_minimal import overfit
 from text_classification_minimal.overfit import overfit_one_batch
 
 
-def test_overfits_one_batch(cfg):
-    result = overfit_one_batch(cfg, max_steps=500)
+def test_overfits_one_batch(project_cfg):
+    result = overfit_one_batch(project_cfg, max_steps=500)
     assert result["last_loss"] < 0.01 * result["first_loss"], result
-    assert overfit.load_data(cfg).task.memorised(result["metrics"]), result
+    assert overfit.load_data(project_cfg).task.memorised(result["metrics"]), result
     assert result["steps"] < 500, result
     assert result["passed"]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import conftest
 import task_cases
 from text_classification_minimal import train
 from text_classification_minimal.checkpoint import load_checkpoint
@@ -38,7 +39,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 pytestmark = pytest.mark.probe
 
 # Small and on the CPU: these tests are about what happens around the epochs.
-SMALL = ["--device", "cpu", *(flag for value in task_cases.SMALL for flag in ("--set", value))]
+SMALL = ["--device", "cpu", *conftest.SMALL_FLAGS]
 SEEDS = [3, 11, 2024]
 FIXED_HINT = (
     "when resuming: they define the data, the model or the batch order of the run; "

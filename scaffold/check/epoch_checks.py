@@ -130,8 +130,16 @@ def eval_mode_left_on(module: Module):
                         mode[event.key] = None
                     elif event.kind == PASS:
                         for key, evaluated in mode.items():
-                            if evaluated and key in event.keys and key not in event.trains:
+                            if evaluated and _trained_by(key, event):
                                 yield evaluated.node, "SCF901"
+
+
+def _trained_by(key: str, event) -> bool:
+    """Whether a training pass runs a module in eval mode without setting training mode: it
+    calls it, or hands it to a helper (an EMA copy only updated from the model is not run)."""
+    if key in event.trains:
+        return False
+    return key in event.keys
 
 
 def evaluation_with_grad(module: Module):
@@ -143,10 +151,14 @@ def evaluation_with_grad(module: Module):
             loops[node] = []
     for loop, paths in loops.items():
         kinds = {e.kind for p in paths for e in p.events}
-        if kinds & {BACKWARD, STEP, PASS}:
+        if kinds & {BACKWARD, STEP, PASS} or _updates(module, loop):
             continue
         function = module.enclosing_function(loop)
-        if _evaluates(module, loop, function) and not _grad_free(module, loop, function):
+        if (
+            _evaluates(module, loop, function)
+            and not _grad_free(module, loop, function)
+            and not _feeds_backward(module, loop, function)
+        ):
             candidates.append(loop)
     for loop in candidates:
         outer = module.parents.get(loop)
@@ -157,6 +169,75 @@ def evaluation_with_grad(module: Module):
 
 
 NOT_HELPERS = {"getattr", "hasattr", "setattr", "isinstance", "type", "id", "print", "repr", "str"}
+# Methods that run a model's forward pass; anything else called on it (parameters(), update(),
+# load_state_dict(), requires_grad_(), generate(), which is itself under no_grad) does not.
+FORWARDS = {
+    "forward", "predict", "encode", "decode", "forward_features", "get_intermediate_layers",
+    "extract_features", "features",
+}  # fmt: skip
+
+
+def _updates(module: Module, loop) -> bool:
+    """Whether a loop updates weights itself: an optimizer step or a backward() in it, even one
+    the step reading did not pair (a test stepping an optimizer with made-up gradients)."""
+    for node in module.project.nodes_of(loop):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in BACKWARD_CALLS:
+                return True
+            if node.func.attr == "step" and module.kind(dotted(node.func.value)) == "optimizer":
+                return True
+    return False
+
+
+def _eval_keys(module: Module, loop, function) -> set:
+    """The modules in eval mode where `loop` starts: put there earlier in its function, or, in
+    a method, anywhere in its class (a predictor's __init__) and never back in training mode."""
+    scope = function if function is not None else module.tree
+    modes = sorted(
+        (node.lineno, node.func.attr, key)
+        for node in module.project.nodes_of(scope)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("eval", "train")
+        and node.lineno < loop.lineno
+        for key in [_mode_key(module, node)]
+        if key is not None
+    )
+    evaluated = set()
+    for _, attr, key in modes:  # in source order: the mode the model is in at the loop
+        if attr == "eval":
+            evaluated.add(key)
+        else:
+            evaluated.discard(key)
+    cls = module.owner.get(module.method_of(function)) if function is not None else None
+    if cls is not None:
+        calls = [
+            (node.func.attr, _mode_key(module, node))
+            for method in module.methods[cls].values()
+            for node in ast.walk(method)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("eval", "train")
+        ]
+        trained = {key for attr, key in calls if attr == "train"}
+        evaluated |= {
+            key
+            for attr, key in calls
+            if attr == "eval" and key and key.startswith("self.") and key not in trained
+        }
+    return evaluated
+
+
+def _mode_key(module: Module, call) -> str | None:
+    """`model` for model.eval(); `self.ema` for `self.ema = deepcopy(m).eval()`; None when it
+    cannot be named."""
+    key = dotted(call.func.value)
+    if key is not None:
+        return key
+    parent = module.parents.get(call)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return dotted(parent.targets[0])
+    return None
 
 
 def _evaluates(module: Module, loop, function) -> bool:
@@ -166,34 +247,116 @@ def _evaluates(module: Module, loop, function) -> bool:
     if _over_constants(loop):
         return False  # for flag in [True, False]: a few calls, not an evaluation over data
     named = name.startswith(EVAL_NAMES) or name in EVAL_EXACT or name.endswith(EVAL_ENDINGS)
-    scope = function if function is not None else module.tree
-    modes = sorted(
-        (node.lineno, node.func.attr, dotted(node.func.value))
-        for node in module.project.nodes_of(scope)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("eval", "train")
-        and node.lineno < loop.lineno
-    )
-    evaluated = set()
-    for _, attr, key in modes:  # in source order: the mode the model is in at the loop
-        if attr == "eval":
-            evaluated.add(key)
-        else:
-            evaluated.discard(key)
+    evaluated = _eval_keys(module, loop, function)
     if not named and not evaluated:
         return False
-    for node in module.project.nodes_of(loop):
-        if not isinstance(node, ast.Call):
+    return _runs_model(module, loop, evaluated, function)
+
+
+def _model_like(key: str | None, evaluated: set) -> bool:
+    if not key:
+        return False
+    last = key.rsplit(".", 1)[-1].lower()
+    return key in evaluated or "model" in last or "net" in last
+
+
+def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0) -> bool:
+    """Whether `scope` runs a model's forward pass with autograd on: calls it (model(x),
+    model.forward(x)), or hands it to a helper of the checked files that does. A helper this
+    run cannot read is not taken as running it: it may well do so under no_grad."""
+    for node in module.project.nodes_of(scope):
+        if not isinstance(node, ast.Call) or last_name(node) in NOT_HELPERS:
             continue
-        if last_name(node) in NOT_HELPERS:
-            continue  # getattr(model, name), isinstance(model, ...): nothing runs the model
-        # The model called, or handed to a helper that calls it: compute_loss(model, batch).
-        for key in [dotted(node.func)] + [dotted(arg) for arg in node.args]:
-            last = (key or "").rsplit(".", 1)[-1].lower()
-            if key in evaluated or "model" in last or "net" in last or last == "forward":
-                return True
+        if _grad_free_here(module, node, scope):
+            continue
+        func = dotted(node.func)
+        if _model_like(func, evaluated):
+            return True
+        if (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr in FORWARDS
+            and _model_like(dotted(node.func.value), evaluated)
+        ):
+            return True
+        args = [*node.args, *(k.value for k in node.keywords)]
+        passed = [i for i, a in enumerate(args) if _model_like(dotted(a), evaluated)]
+        if not passed or depth >= 3:
+            continue
+        helper = module.resolve(node, Ctx(function))
+        if not isinstance(helper, FUNCTIONS) or grad_free_function(module, helper):
+            continue
+        home = module.project.module_at(helper)
+        params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+        if params and params[0] in ("self", "cls") and isinstance(node.func, ast.Attribute):
+            params = params[1:]
+        names = {params[i] for i in passed if i < len(node.args) and i < len(params)}
+        names |= {k.arg for k in node.keywords if _model_like(dotted(k.value), evaluated)}
+        if _runs_model(home, helper, names - {None}, helper, depth + 1):
+            return True
     return False
+
+
+def _grad_free_here(module: Module, node, stop) -> bool:
+    """Whether a node runs under a `with torch.no_grad():` inside `stop`."""
+    return any(
+        isinstance(outer, ast.With | ast.AsyncWith) and _no_grad_with(outer)
+        for outer in module.ancestors(node, stop)
+    )
+
+
+def grad_free_function(module: Module, function) -> bool:
+    """Whether a function runs with autograd off: decorated @torch.no_grad(),
+    @torch.inference_mode(), or with a decorator of the checked files that applies one
+    (yolov5's @smart_inference_mode())."""
+    home = module.project.module_at(function)
+    return any(_no_grad_decorator(home, d) for d in function.decorator_list)
+
+
+def _no_grad_decorator(module: Module, decorator) -> bool:
+    if _no_grad_call(decorator):
+        return True
+    name = (last_name(decorator) or "").lower()
+    if "no_grad" in name or "inference_mode" in name:
+        return True
+    call = decorator if isinstance(decorator, ast.Call) else ast.Call(decorator, [], [])
+    helper = module.resolve(call, Ctx(None))
+    return helper is not None and any(
+        last_name(n) in ("no_grad", "inference_mode")
+        for n in ast.walk(helper)
+        if isinstance(n, ast.Attribute | ast.Name)
+    )
+
+
+def _feeds_backward(module: Module, loop, function) -> bool:
+    """Whether what a loop computes is backpropagated later in its function: a style-transfer
+    loop summing the loss terms that one backward() then runs from."""
+    scope = function if function is not None else module.tree
+    nodes = module.project.nodes_of(scope)
+    grad = {
+        dotted(loss_of(n))
+        for n in nodes
+        if isinstance(n, ast.Call) and last_name(n) in BACKWARD_CALLS
+    } - {None}
+    if not grad:
+        return False
+    changed = True
+    while changed:  # loss = content + w * style: style feeds the backward too
+        changed = False
+        for n in nodes:
+            if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if {dotted(t) for t in targets} & grad:
+                    read = {dotted(x) for x in ast.walk(n.value)} - {None} - grad
+                    if read:
+                        grad |= read
+                        changed = True
+    assigned = {
+        dotted(t)
+        for n in module.project.nodes_of(loop)
+        if isinstance(n, ast.Assign | ast.AugAssign)
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+    }
+    return bool(assigned & grad)
 
 
 def _over_constants(loop) -> bool:
@@ -211,7 +374,7 @@ def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:
         if isinstance(node, ast.With | ast.AsyncWith) and _no_grad_with(node):
             return True
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            if any(_no_grad_call(d) for d in node.decorator_list):
+            if grad_free_function(module, node):
                 return True
         node = module.parents.get(node)
     scope = function if function is not None else module.tree

@@ -93,7 +93,7 @@ class Event:
     closure: bool = False  # a step given a closure, which runs its own backward
     has_args: bool = False  # a scheduler step given a value
     unit: "Unit | None" = None  # a PASS: the training step that runs here
-    keys: frozenset = frozenset()  # a PASS: the names its step uses
+    keys: frozenset = frozenset()  # a PASS: the names its step runs (calls, or hands on)
     trains: frozenset = frozenset()  # a PASS: the modules it puts in training mode itself
     called: frozenset = frozenset()  # a PASS or EVALUATE: the names it calls, model(x)
     inner: tuple = ()  # a PASS: its step's events, named as here
@@ -486,6 +486,9 @@ class Module:
                 paths = self.expr(closure, ctx, paths)
             else:
                 paths = self.inline(closure, node, ctx, paths)
+        if scaler_call(node):  # loss_scaler(loss, optimizer): its own backward, clip and step
+            self._scaler_events(node, ctx, paths)
+            return paths
         event = self.classify(node, ctx, closure is not None)
         if event is not None:
             self.add(paths, event)
@@ -536,11 +539,28 @@ class Module:
             flag = (
                 call.args[0] if call.args else (call.keywords[0].value if call.keywords else None)
             )
-            if flag is None or (isinstance(flag, ast.Constant) and flag.value is True):
-                return Event(TRAIN_MODE, call, key=key)
             if isinstance(flag, ast.Constant) and flag.value is False:
                 return Event(EVAL_MODE, call, key=key)
+            # model.train(flag): a mode chosen on purpose (DeiT keeps eval for fine-tuning)
+            return Event(TRAIN_MODE, call, key=key)
         return None
+
+    def _scaler_events(self, call: ast.Call, ctx: Ctx, paths: list) -> None:
+        """The events a loss-scaler object runs, in its order: scaled backward, unscale and
+        clip when it is given a clipping value, scaled step, update."""
+        loss = ctx.key(dotted(call.args[0]))
+        optimizer = call.args[1] if len(call.args) > 1 else None
+        for keyword in call.keywords:
+            if keyword.arg in ("optimizer", "opt"):
+                optimizer = keyword.value
+        key = ctx.key(dotted(optimizer))
+        self.add(paths, Event(BACKWARD, call, key=loss, scaled=True))
+        clip = next((k.value for k in call.keywords if k.arg in ("clip_grad", "max_norm")), None)
+        if clip is not None and not (isinstance(clip, ast.Constant) and clip.value is None):
+            self.add(paths, Event(UNSCALE, call, key=key))
+            self.add(paths, Event(CLIP, call))
+        self.add(paths, Event(STEP, call, key=key, scaled=True))
+        self.add(paths, Event(UPDATE, call, key=key))
 
     def _generator(self, func) -> bool:
         """Whether a manual_seed() is a torch.Generator's, which seeds only that generator."""
@@ -600,11 +620,17 @@ class Module:
         keys, seen, todo = set(), set(), [loop]
         while todo:
             for node in ast.walk(todo.pop()):
-                if isinstance(node, ast.Name | ast.Attribute):
-                    key = ctx.key(dotted(node))
-                    if key:
-                        keys.update(prefixes(key))
-                elif isinstance(node, ast.Call):
+                if isinstance(node, ast.Call):
+                    # What is run: model(x), model.forward(x), or handed to a call; not the
+                    # owner of a method (model_ema.update(model) does not run model_ema).
+                    func = node.func
+                    used = [func, *node.args, *(k.value for k in node.keywords)]
+                    if isinstance(func, ast.Attribute) and func.attr in ("forward", "module"):
+                        used.append(func.value)
+                    for part in used:
+                        key = ctx.key(dotted(part))
+                        if key:
+                            keys.add(key)
                     found = self.project.targets.get(node)
                     if found is not None and found not in seen:
                         seen.add(found)
@@ -674,6 +700,8 @@ def loss_of(call: ast.Call):
     """The loss a backward() call runs from: loss in loss.backward(), (loss / k).backward(),
     scaler.scale(loss).backward(), accelerator.backward(loss), torch.autograd.backward(loss)."""
     func = call.func
+    if scaler_call(call):
+        return call.args[0]
     owner = dotted(func.value) if isinstance(func, ast.Attribute) else None
     wrapper = owner is not None and owner.rsplit(".", 1)[-1] in BACKWARD_WRAPPERS
     if not isinstance(func, ast.Attribute) or wrapper or owner == "torch.autograd":
@@ -689,6 +717,26 @@ def loss_of(call: ast.Call):
             value = value.left  # (loss / accumulation_steps).backward()
         else:
             return value
+
+
+def scaler_call(call) -> bool:
+    """`loss_scaler(loss, optimizer, clip_grad=...)`: a loss-scaler object called (timm's
+    NativeScaler, used by DeiT, Swin, MAE), which runs scale(loss).backward(), the clipping,
+    scaler.step(optimizer) and update() itself. Only an instance named like a scaler, given the
+    loss and an optimizer; not a class (StandardScaler(...)) nor a GradScaler's own methods."""
+    if not isinstance(call, ast.Call) or len(call.args) < 1:
+        return False
+    name = dotted(call.func)
+    last = (name or "").rsplit(".", 1)[-1]
+    if not last or not last[0].islower() or not last.lower().endswith("scaler"):
+        return False
+    optimizer = (
+        call.args[1]
+        if len(call.args) > 1
+        else next((k.value for k in call.keywords if k.arg in ("optimizer", "opt")), None)
+    )
+    opt_name = (dotted(optimizer) or "").rsplit(".", 1)[-1].lower()
+    return "opt" in opt_name
 
 
 def _is_scale(node) -> bool:

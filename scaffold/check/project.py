@@ -15,6 +15,7 @@ from scaffold.check.flow import (
     condition,
     last_name,
     own_nodes,
+    scaler_call,
 )
 
 # The calls the checks read the order of; a helper without any (directly or through its own
@@ -109,7 +110,7 @@ class Project:
             for call, target in calls:
                 if call in hot:
                     continue
-                if last_name(call) in BACKWARD_CALLS or target in hot:
+                if last_name(call) in BACKWARD_CALLS or target in hot or scaler_call(call):
                     hot.add(call)
                     changed = True
                     node = self.parents.get(call)
@@ -132,7 +133,7 @@ class Project:
                     function = module.enclosing_function(call)
                     if function is None or function in stepping or _in_loop(module, call):
                         continue
-                    if last_name(call) in BACKWARD_CALLS or target in stepping:
+                    if last_name(call) in BACKWARD_CALLS or target in stepping or scaler_call(call):
                         stepping.add(function)
                         changed = True
         return stepping
@@ -144,7 +145,10 @@ class Project:
         relevant = set()
         for module in self.modules:
             for node in module.nodes:
-                if (isinstance(node, ast.Call) and last_name(node) in RELEVANT_CALLS) or (
+                if (
+                    isinstance(node, ast.Call)
+                    and (last_name(node) in RELEVANT_CALLS or scaler_call(node))
+                ) or (
                     isinstance(node, ast.Attribute) and node.attr == "grad"  # p -= lr * p.grad
                 ):
                     function = module.enclosing_function(node)

@@ -97,6 +97,17 @@ def move(lines, tag, anchor, after=True):
     return rest[:at] + [line] + rest[at:]
 
 
+def swap(lines, target):
+    """After the optimizer is built from `m.parameters()`, a new module put at `target`
+    (`m.head`, or `m` itself), tagged [swap]: the optimizer holds the old parameters."""
+    index = tagged(lines, "optim")
+    found = re.search(r"([\w.]+)\.parameters\(\)", lines[index]) if index is not None else None
+    if found is None:
+        return None
+    line = f"{indent(lines[index])}{target.format(m=found.group(1))} = torch.nn.Linear(4, 2)  # [swap]\n"
+    return [*lines[: index + 1], line, *lines[index + 1 :]]
+
+
 def delete(lines, tag):
     index = tagged(lines, tag)
     return None if index is None else lines[:index] + lines[index + 1 :]
@@ -221,7 +232,8 @@ MUTATIONS = [
     ("model.train() removed", "SCF901", "eval", lambda ls: delete(ls, "train")),
     ("no no_grad", "SCF1001", "evalloop", lambda ls: edit(ls, "nograd", without_no_grad)),
     ("loss tensor kept", "SCF1101", "accum", lambda ls: edit(ls, "accum", keep_tensor)),
-    ("optimizer before the move", "SCF101", "move", lambda ls: move(ls, "move", "optim")),
+    ("a layer replaced after the optimizer", "SCF101", "swap", lambda ls: swap(ls, "{m}.head")),
+    ("the model rebuilt after the optimizer", "SCF101", "swap", lambda ls: swap(ls, "{m}")),
     ("no weights_only", "SCF2301", "load", lambda ls: edit(ls, "load", unsafe_load)),
     ("backward inside autocast", "SCF601", "backward", lambda ls: move(ls, "backward", "fwd")),
     ("GradScaler on for bf16", "SCF602", "scaler", lambda ls: edit(ls, "scaler", always_on)),
@@ -628,8 +640,10 @@ def test_generated_projects_are_clean(options, render_combo):
 # value), the validation metrics' per-batch mean (R12 inside a class's add()), the data rules
 # (D2, D5, D6: values in data code), S2 in the streamed workers (seed arithmetic) and the
 # distributed rules M1-M8 (sharding and reduction arithmetic).
+# "optimizer built before model.to(device)" is left out: since torch 2.0 Module.to() keeps each
+# Parameter object, so the optimizer still updates the model's parameters and SCF101 no longer
+# reports an in-place move (it reports a parameter replaced; see optimizer_before_move).
 ENGINE_MUTANTS = {
-    "optimizer built before model.to(device)": "SCF101",
     "zero_grad after backward": "SCF201",
     "zero_grad never called": "SCF202",
     "optimizer.step before backward": "SCF301",

@@ -20,6 +20,7 @@ from scaffold.check.flow import (
     TRAIN_MODE,
     Ctx,
     Module,
+    backward_sources,
     dotted,
     last_name,
     loss_of,
@@ -49,7 +50,7 @@ def epoch_scheduler_per_batch(module: Module):
 def _epoch_scheduler(module: Module, key: str | None) -> bool:
     calls = _scheduler_calls(module, key)
     return bool(calls) and all(
-        last_name(c) in EPOCH_SCHEDULERS and not _counts_steps(c) for c in calls
+        last_name(c) in EPOCH_SCHEDULERS and not _counts_steps(c, module) for c in calls
     )
 
 
@@ -58,7 +59,7 @@ def _step_scheduler(module: Module, key: str | None) -> bool:
     schedule of len(loader) * epochs)."""
     calls = _scheduler_calls(module, key)
     return bool(calls) and all(
-        last_name(c) in ("OneCycleLR", "CyclicLR") or _counts_steps(c) for c in calls
+        last_name(c) in ("OneCycleLR", "CyclicLR") or _counts_steps(c, module) for c in calls
     )
 
 
@@ -81,20 +82,33 @@ def _scheduler_calls(module: Module, key: str | None) -> list:
     return found
 
 
-def _counts_steps(call: ast.Call) -> bool:
-    """Whether a scheduler's length argument is counted in steps: len(loader), total_steps..."""
+def _counts_steps(call: ast.Call, module: Module | None = None) -> bool:
+    """Whether a scheduler's length argument is counted in steps: len(loader), total_steps,
+    StepLR(step_size=iters_per_epoch), or a local name set from one (le = cfg["num_iters"])."""
     length = call.args[1] if len(call.args) > 1 else None
     for keyword in call.keywords:
         if keyword.arg in ("T_max", "step_size", "milestones", "total_iters", "T_0"):
             length = keyword.value
     if length is None:
         return False
-    for node in ast.walk(length):
-        if isinstance(node, ast.Call) and last_name(node) == "len":
-            return True
-        name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
-        if any(word in name for word in ("steps", "iter", "batch")):
-            return True
+    todo, seen = [length], set()
+    while todo:
+        for node in ast.walk(todo.pop()):
+            if isinstance(node, ast.Call) and last_name(node) == "len":
+                return True
+            name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value.lower()
+            if any(word in name for word in ("steps", "iter", "batch")):
+                return True
+            if isinstance(node, ast.Name) and module is not None and node.id not in seen:
+                seen.add(node.id)
+                scope = module.enclosing_function(call) or module.tree
+                todo += [
+                    n.value
+                    for n in module.project.nodes_of(scope)
+                    if isinstance(n, ast.Assign) and node.id in {dotted(t) for t in n.targets}
+                ]
     return False
 
 
@@ -331,25 +345,9 @@ def _feeds_backward(module: Module, loop, function) -> bool:
     """Whether what a loop computes is backpropagated later in its function: a style-transfer
     loop summing the loss terms that one backward() then runs from."""
     scope = function if function is not None else module.tree
-    nodes = module.project.nodes_of(scope)
-    grad = {
-        dotted(loss_of(n))
-        for n in nodes
-        if isinstance(n, ast.Call) and last_name(n) in BACKWARD_CALLS
-    } - {None}
+    grad = backward_sources(module.project.nodes_of(scope))
     if not grad:
         return False
-    changed = True
-    while changed:  # loss = content + w * style: style feeds the backward too
-        changed = False
-        for n in nodes:
-            if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign) and n.value is not None:
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                if {dotted(t) for t in targets} & grad:
-                    read = {dotted(x) for x in ast.walk(n.value)} - {None} - grad
-                    if read:
-                        grad |= read
-                        changed = True
     assigned = {
         dotted(t)
         for n in module.project.nodes_of(loop)
@@ -473,7 +471,8 @@ def plateau_metric(module: Module):
             continue
         value = node.args[0] if node.args else node.keywords[0].value
         words = _words(value)
-        if any("train" in w for w in words) or _is_backward_loss(module, value, node):
+        training = any("train" in w or w.startswith("running") for w in words)
+        if training or _is_backward_loss(module, value, node):
             yield node, "SCF802"
             continue
         modes = {_plateau_mode(c) for c in calls}
@@ -529,10 +528,14 @@ def evaluation_in_training_mode(module: Module):
         if unit is None and not has_training_pass(paths):
             continue
         # A step loop trains what it calls; an epoch loop's passes train what they call.
-        start = {}
+        # Modules put in eval mode before the loop stay there unless a pass trains them (a
+        # frozen backbone of a linear probe).
+        start = dict.fromkeys(_eval_keys(module, loop, module.enclosing_function(loop)), "eval")
         if unit is not None:
             function = module.enclosing_function(loop)
-            start = dict.fromkeys(module._called(loop, Ctx(function, (), (), module)), "train")
+            start.update(
+                dict.fromkeys(module._called(loop, Ctx(function, (), (), module)), "train")
+            )
         for first in paths:
             for second in paths:  # the evaluation of one epoch meets the modes of the next
                 mode = dict(start)
@@ -545,6 +548,8 @@ def evaluation_in_training_mode(module: Module):
                         for key in event.called:  # a module is in training mode unless set
                             if _is_model(key, models):
                                 mode.setdefault(key, "train")
+                        for key in event.trains:
+                            mode[key] = "train"
                     elif event.kind == EVALUATE:
                         trained = [
                             k
@@ -553,6 +558,83 @@ def evaluation_in_training_mode(module: Module):
                         ]
                         if trained and _evaluation_loop(module, event.node):
                             yield event.node, "SCF1002"
+
+
+def inference_in_training_mode(module: Module):
+    """R10: an inference loop (under no_grad or inference_mode) that runs a model built here,
+    which nothing in the checked files ever puts in eval mode: a predictor whose eval() was
+    dropped."""
+    evaluated = _eval_names(module.project)
+    for loop, paths in module.loops_paths.items():
+        if module.unit(loop) is not None or has_training_pass(paths) or _updates(module, loop):
+            continue
+        function = module.enclosing_function(loop)
+        if not _grad_free(module, loop, function):
+            continue
+        for key in _run_keys(module, loop):
+            last = key.rsplit(".", 1)[-1]
+            if last in evaluated or not _built_here(module, key, function):
+                continue
+            yield loop, "SCF1002"
+            break
+
+
+def _eval_names(project) -> set:
+    """The last names of everything put in eval (or training) mode, or frozen, anywhere."""
+    if not hasattr(project, "eval_names"):
+        project.eval_names = {
+            (dotted(n.func.value) or "").rsplit(".", 1)[-1]
+            for m in project.modules
+            for n in m.nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("eval", "train", "requires_grad_", "eval_mode")
+        } | {
+            (dotted(t) or "").rsplit(".", 1)[-1]
+            for m in project.modules
+            for n in m.nodes
+            if isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Attribute)
+            and n.value.func.attr in ("eval", "train")
+            for t in n.targets
+        }
+    return project.eval_names
+
+
+def _run_keys(module: Module, loop) -> set:
+    """The model-like names a loop calls directly: model(x), self.model(x)."""
+    return {
+        key
+        for node in module.project.nodes_of(loop)
+        if isinstance(node, ast.Call)
+        for key in [dotted(node.func)]
+        if key and _model_like(key, set())
+    }
+
+
+def _built_here(module: Module, key: str, function) -> bool:
+    """Whether a model is built by this file's code (model = Net(), self.model =
+    build_model(cfg)): not handed in by a caller, which may have set its mode."""
+    cls = module.owner.get(module.method_of(function)) if function is not None else None
+    scopes = [module.tree] + ([function] if function is not None else [])
+    if cls is not None:
+        scopes += list(module.methods[cls].values())
+    for scope in scopes:
+        for node in module.project.nodes_of(scope):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and dotted(node.targets[0]) == key
+                and isinstance(node.value, ast.Call)
+            ):
+                name = dotted(node.value.func) or ""
+                if "load" in name.lower() or any(dotted(a) == key for a in node.value.args):
+                    continue
+                last = name.rsplit(".", 1)[-1]
+                if last[:1].isupper() or last.startswith(("build", "create", "make", "get_model")):
+                    return True
+    return False
 
 
 def _model_names(project) -> set:

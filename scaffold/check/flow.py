@@ -365,7 +365,7 @@ class Module:
                 self.add(paths, Event(BUILD, node.value))  # model = build_model(cfg)
             if _manual_update(node):
                 self.add(paths, Event(STEP, node, key="<manual>"))  # p -= lr * p.grad
-            if isinstance(node, ast.Assign) and _clears_grad(node):
+            if isinstance(node, ast.Assign) and _clears_grad(node) and self._every_grad(node):
                 self.add(paths, Event(ZERO, node))  # p.grad = None
             return paths
         if isinstance(node, ast.Return):
@@ -571,10 +571,21 @@ class Module:
             return last_name(owner) in GENERATORS
         return bool(self.classes.get(dotted(owner) or "", set()) & GENERATORS)
 
+    def _every_grad(self, node) -> bool:
+        """Whether `p.grad = None` clears every gradient of a loop over parameters: not only
+        some of them (`if "last_layer" in name:`, DINO's freeze of its last layer) and not one
+        tensor alone."""
+        for outer in self.ancestors(node):
+            if isinstance(outer, ast.If | ast.IfExp) or isinstance(outer, FUNCTIONS):
+                return False
+            if isinstance(outer, ast.For | ast.AsyncFor):
+                return True
+        return False
+
     def _backward(self, call: ast.Call, ctx: Ctx) -> Event:
         """A backward() event; its key is the loss tensor's name, as the caller names it."""
         loss = loss_of(call)
-        scaled = isinstance(call.func, ast.Attribute) and _is_scale(call.func.value)
+        scaled = isinstance(call.func, ast.Attribute) and _is_scale(uncast(call.func.value))
         return Event(BACKWARD, call, key=ctx.key(dotted(loss)), scaled=scaled)
 
     def inline(self, function, call: ast.Call, ctx: Ctx, paths: list) -> list:
@@ -711,6 +722,7 @@ def loss_of(call: ast.Call):
     else:
         value = func.value
     while True:
+        value = uncast(value)
         if _is_scale(value):
             value = value.args[0]
         elif isinstance(value, ast.BinOp):
@@ -737,6 +749,35 @@ def scaler_call(call) -> bool:
     )
     opt_name = (dotted(optimizer) or "").rsplit(".", 1)[-1].lower()
     return "opt" in opt_name
+
+
+def backward_sources(nodes) -> set:
+    """The names a backward() among `nodes` runs from, and the names those are computed from
+    (loss = content + w * style: style too)."""
+    grad = {
+        dotted(loss_of(n))
+        for n in nodes
+        if isinstance(n, ast.Call) and last_name(n) in BACKWARD_CALLS
+    } - {None}
+    changed = bool(grad)
+    while changed:
+        changed = False
+        for n in nodes:
+            if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if {dotted(t) for t in targets} & grad:
+                    read = {dotted(x) for x in ast.walk(n.value)} - {None} - grad
+                    if read:
+                        grad |= read
+                        changed = True
+    return grad
+
+
+def uncast(node):
+    """`x` for `cast(torch.Tensor, x)` or `typing.cast(T, x)`: a no-op for the type checker."""
+    while isinstance(node, ast.Call) and last_name(node) == "cast" and len(node.args) == 2:
+        node = node.args[1]
+    return node
 
 
 def _is_scale(node) -> bool:

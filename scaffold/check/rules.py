@@ -23,9 +23,11 @@ _RULES = [
     Rule(
         "SCF101",
         "R1",
-        "model moved after the optimizer was built from its parameters; a dtype change "
-        "leaves the optimizer updating the discarded ones",
-        "move the model first, then build the optimizer",
+        "a parameter the optimizer holds is replaced after it was built (a new submodule or "
+        "Parameter, the model rebuilt or sharded by FSDP, a tensor re-bound by .to()): the "
+        "optimizer keeps updating the old object",
+        "build the optimizer once the model's final parameters exist (moving or casting a "
+        "module in place with .to()/.half() is fine since torch 2.0)",
     ),
     Rule(
         "SCF201",

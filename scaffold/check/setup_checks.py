@@ -40,22 +40,84 @@ def unsafe_load(module: Module):
 
 
 def sampler_without_set_epoch(module: Module):
-    """R15: a shuffling DistributedSampler, and set_epoch() called nowhere."""
+    """R15: a shuffling DistributedSampler whose own set_epoch() is never called: not on it, nor
+    on the loader built with it (loader.sampler.set_epoch). A set_epoch() on a name this check
+    cannot tie to one sampler (a helper's parameter) counts for every sampler."""
     project = module.project
-    if not hasattr(project, "sets_epoch"):
-        project.sets_epoch = any(
-            isinstance(n, ast.Call) and last_name(n) == "set_epoch"
+    if not hasattr(project, "set_epoch_receivers"):
+        project.set_epoch_receivers = {
+            dotted(n.func.value) or "?"
             for m in project.modules
             for n in m.nodes
-        )
-    if project.sets_epoch:
-        return
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "set_epoch"
+        }
+        project.sampler_names = {
+            n: {_last(k) for k in _names_of(m, n)}
+            for m in project.modules
+            for n in m.nodes
+            if isinstance(n, ast.Call) and last_name(n) == "DistributedSampler"
+        }
     for node in module.nodes:
         if isinstance(node, ast.Call) and last_name(node) == "DistributedSampler":
             shuffle = next((k.value for k in node.keywords if k.arg == "shuffle"), None)
-            if isinstance(shuffle, ast.Constant) and shuffle.value is False:
-                continue
-            yield node, "SCF1501"
+            if shuffle is not None and not (
+                isinstance(shuffle, ast.Constant) and shuffle.value is True
+            ):
+                continue  # shuffle=False, or a setting: a validation sampler, often
+            if any(w in k.lower() for k in project.sampler_names[node] for w in ("val", "test")):
+                continue  # a validation order: nothing trains on it
+            if not _tied(project, node):
+                yield node, "SCF1501"
+
+
+def _tied(project, sampler) -> bool:
+    """Whether some set_epoch() may be this sampler's: called on it, on a loader built with
+    it, or on a name that is not clearly another sampler's (or its loader's)."""
+    own = project.sampler_names[sampler]
+    home = project.module_at(sampler)
+    others = set().union(
+        *(
+            v
+            for k, v in project.sampler_names.items()
+            if k is not sampler and project.module_at(k) is home
+        )
+    )
+    for receiver in project.set_epoch_receivers:
+        parts = receiver.split(".")
+        if parts[-1] in ("sampler", "batch_sampler") and len(parts) > 1:
+            parts = parts[:-1]  # loader.sampler.set_epoch(epoch)
+        if parts[-1] in own or parts[-1] not in others:
+            return True
+    return False
+
+
+def _last(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def _names_of(module: Module, call) -> set:
+    """The names a sampler goes by: what it is assigned to, and the loaders built with it."""
+    names = set()
+    parent = module.parents.get(call)
+    if isinstance(parent, ast.keyword):  # DataLoader(ds, sampler=DistributedSampler(ds))
+        parent = module.parents.get(module.parents.get(parent))
+    if isinstance(parent, ast.Assign):
+        names |= {dotted(t) for t in parent.targets if dotted(t)}
+    if isinstance(parent, ast.IfExp):  # sampler = DistributedSampler(ds) if ddp else None
+        outer = module.parents.get(parent)
+        if isinstance(outer, ast.Assign):
+            names |= {dotted(t) for t in outer.targets if dotted(t)}
+    for node in module.nodes:  # DataLoader(ds, sampler=train_sampler)
+        if isinstance(node, ast.Call) and any(
+            k.arg in ("sampler", "batch_sampler") and dotted(k.value) in names
+            for k in node.keywords
+        ):
+            up = module.parents.get(node)
+            if isinstance(up, ast.Assign):
+                names |= {dotted(t) for t in up.targets if dotted(t)}
+    return names
 
 
 def nothing_seeded(module: Module):

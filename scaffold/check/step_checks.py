@@ -8,7 +8,6 @@ from scaffold.check.flow import (
     COMPREHENSIONS,
     FUNCTIONS,
     LOOPS,
-    MOVES,
     OPTIMIZERS,
     PASS,
     STEP,
@@ -17,6 +16,7 @@ from scaffold.check.flow import (
     ZERO,
     Ctx,
     Module,
+    backward_sources,
     dotted,
     last_name,
     loss_of,
@@ -58,7 +58,9 @@ def _repeats(module: Module, unit) -> bool:
     in a test) has no earlier gradients to clear."""
     if unit.node is not unit.function:
         return True
-    if any(word in unit.function.name.lower() for word in STEP_NAMES):
+    name = unit.function.name.lower()
+    # A test that steps once with made-up gradients is no training step, whatever its name.
+    if not name.startswith("test") and any(word in name for word in STEP_NAMES):
         return True
     return any(
         isinstance(node, LOOPS + COMPREHENSIONS)
@@ -157,11 +159,19 @@ def loss_tensor_kept(module: Module):
                 and not _bare(node.value, names)
             ):
                 names.discard(node.targets[0].id)  # loss = loss.item(): a number from here on
-        if not names:
-            continue
-        for node in module.project.nodes_of(unit.node):
-            if _keeps(node, names):
+        nodes = module.project.nodes_of(unit.node)
+        feeding = backward_sources(nodes)  # style_loss += mse(...) then (c + style_loss).backward()
+        for node in nodes:
+            if _keeps(node, names) and _target(node) not in feeding:
                 yield node, "SCF1101"
+
+
+def _target(node) -> str | None:
+    if isinstance(node, ast.AugAssign):
+        return dotted(node.target)
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        return dotted(node.targets[0])
+    return None
 
 
 def _keeps(node, names: set) -> bool:
@@ -192,40 +202,126 @@ def _bare(node, names: set) -> bool:
         return False
     if isinstance(node, ast.JoinedStr):
         return False
+    if isinstance(node, ast.Call) and _loss_call(node):
+        return True  # total += criterion(out, y): a loss tensor kept without a name
     return any(_bare(child, names) for child in ast.iter_child_nodes(node))
 
 
+LOSS_FUNCTIONS = {
+    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
+}  # fmt: skip
+
+
+def _loss_call(call: ast.Call) -> bool:
+    """criterion(out, y), loss_fn(out, y), F.cross_entropy(out, y): a call that makes a loss."""
+    name = (last_name(call) or "").lower()
+    if not call.args or name[:1].isupper() or not name:
+        return False
+    return name in LOSS_FUNCTIONS or name in ("criterion", "loss_fn", "loss_func", "compute_loss")
+
+
+# Wrappers that replace a module's parameters by new (flat or sharded) ones.
+SHARDING = {"FSDP", "FullyShardedDataParallel", "fully_shard"}
+
+
 def optimizer_before_move(module: Module):
-    """R1: the model moved after an optimizer was built from its parameters."""
-    built = {}  # scope -> [(model key, optimizer key, line)]
+    """R1: a parameter the optimizer holds replaced after the optimizer was built, before it is
+    used. Since torch 2.0 `Module.to()`, `.cuda()`, `.half()` and `.float()` keep each
+    Parameter object (they swap its data), so moving or casting a module after building its
+    optimizer is fine; what breaks is a new object where an old one was: a submodule or
+    Parameter assigned (`model.fc = nn.Linear(...)`), the model rebuilt (`model = Net()`),
+    sharded by FSDP, or a tensor the optimizer was given re-bound (`w = w.to(device)` makes a
+    new tensor; the optimizer keeps the old leaf)."""
+    built = {}  # scope -> [(what it holds, is it a module, optimizer key, line)]
     for node in module.nodes:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             target = dotted(node.targets[0])
-            for model in _optimizer_models(module, node.value) if target else ():
-                scope = module.enclosing_function(node) or module.tree
-                built.setdefault(scope, []).append((model, target, node.lineno))
+            if not target:
+                continue
+            scope = module.enclosing_function(node) or module.tree
+            for model in _optimizer_models(module, node.value):
+                built.setdefault(scope, []).append((model, True, target, node.lineno))
+            for tensor in _optimizer_tensors(module, node.value):
+                built.setdefault(scope, []).append((tensor, False, target, node.lineno))
     for scope, optimizers in built.items():
         nodes = list(module.project.nodes_of(scope))
         for node in nodes:
-            if not (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in MOVES
-            ):
-                continue
-            key = dotted(node.func.value)
-            for model, optimizer, line in optimizers:
-                if key and line < node.lineno and _related(key, model):
-                    # Only before the optimizer is used: moving a trained model to export it
-                    # is fine.
-                    later = (n for n in nodes if getattr(n, "lineno", 0) > node.lineno)
-                    if any(dotted(n) == optimizer for n in later):
-                        yield node, "SCF101"
-                        break
+            for held, is_module, optimizer, line in optimizers:
+                if getattr(node, "lineno", 0) <= line or not _replaces(node, held, is_module):
+                    continue
+                if _used_after(module, scope, nodes, node, optimizer):
+                    yield node, "SCF101"
+                    break
+
+
+def _replaces(node, held: str, is_module: bool) -> bool:
+    """Whether a statement puts a new object where the optimizer's parameters were."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        call = node.value  # fully_shard(model): the module's parameters become new DTensors
+        return (
+            is_module
+            and last_name(call) in SHARDING
+            and any(dotted(a) == held for a in call.args[:1])
+        )
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+        return False
+    target, value = dotted(node.targets[0]), node.value
+    if target is None or not isinstance(value, ast.Call):
+        return False
+    if not is_module:
+        return target == held  # w = w.to(device): a new tensor, not the optimizer's leaf
+    if target == held:
+        if last_name(value) in SHARDING:
+            return True
+        # model = model.to(device), DDP(model), torch.compile(model): the same parameters;
+        # model = task.get_trainable_module(): a name this check cannot follow
+        if any(dotted(n) == held for n in ast.walk(value)):
+            return False
+        name = last_name(value) or ""
+        return name[:1].isupper() or name.startswith(("build", "create", "make", "get_model"))
+    if target.startswith(held + "."):
+        name = last_name(value) or ""
+        # model.fc = nn.Linear(...), model.w = nn.Parameter(...): a new module or Parameter
+        return name[:1].isupper() and target.rsplit(".", 1)[-1] not in ("device", "dtype")
+    return False
+
+
+def _used_after(module: Module, scope, nodes, node, optimizer: str) -> bool:
+    """Whether the optimizer is used after `node`: named in its scope, or, at module level, in
+    a function called later that reads it as a global."""
+    later = sorted(
+        (n for n in nodes if getattr(n, "lineno", 0) > node.end_lineno),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    uses = [n for n in later if dotted(n) == optimizer]
+    if uses:
+        # optimizer = SGD(model.parameters()) again: rebuilt for the new parameters
+        return not isinstance(getattr(uses[0], "ctx", None), ast.Store)
+    if scope is not module.tree:
+        return False
+    for n in later:
+        if isinstance(n, ast.Call):
+            target = module.resolve(n, Ctx(None))
+            if target is not None and any(dotted(x) == optimizer for x in ast.walk(target)):
+                return True
+    return False
+
+
+def _optimizer_tensors(module: Module, call: ast.Call) -> set:
+    """The tensors an optimizer is given by name: SGD([w, b], lr=0.1)."""
+    classes = module.constructed(call)
+    if not (classes and classes <= OPTIMIZERS) or not call.args:
+        return set()
+    first = call.args[0]
+    if not isinstance(first, ast.List | ast.Tuple):
+        return set()
+    return {e.id for e in first.elts if isinstance(e, ast.Name)}
 
 
 def _optimizer_models(module: Module, call: ast.Call) -> set:
-    """The models whose parameters an optimizer is built from."""
+    """The models whose parameters an optimizer is built from: `model.parameters()`, a helper's
+    parameter groups (`param_groups(model, wd)`), or a builder given the model."""
     classes = module.constructed(call)
     helper = "optim" in (last_name(call) or "").lower()
     if not (classes and classes <= OPTIMIZERS) and not helper:
@@ -235,8 +331,20 @@ def _optimizer_models(module: Module, call: ast.Call) -> set:
         if isinstance(node, ast.Call) and last_name(node) in ("parameters", "named_parameters"):
             if isinstance(node.func, ast.Attribute) and dotted(node.func.value):
                 models.add(dotted(node.func.value))
-    if helper and not models:  # build_optimizer(model, cfg)
-        models = {dotted(arg) for arg in call.args if dotted(arg)}
+        elif isinstance(node, ast.Call) and node is not call:
+            for arg in node.args:  # param_groups_weight_decay(model, wd)
+                key = dotted(arg)
+                if key and any(w in key.rsplit(".", 1)[-1].lower() for w in ("model", "net")):
+                    models.add(key)
+    if helper and not models:  # build_optimizer(model, cfg), model.configure_optimizers(...)
+        models = {
+            dotted(arg)
+            for arg in call.args
+            if dotted(arg) and module.kind(dotted(arg)) != "optimizer"  # auto_optim(optimizer)
+        }
+        owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if dotted(owner) and any(w in dotted(owner).lower() for w in ("model", "net")):
+            models.add(dotted(owner))
     return models
 
 
@@ -353,6 +461,23 @@ def _divided(module: Module, event, unit) -> bool:
     if key is None:
         return True  # a loss this checker cannot follow
     scope = module.enclosing_function(call) or module.tree
+    for n in module.project.nodes_of(scope):
+        # `with amp.scale_loss(loss, opt) as scaled_loss:`: the loss it was made from
+        if isinstance(n, ast.withitem) and dotted(n.optional_vars) == key:
+            inner = [dotted(a) for a in getattr(n.context_expr, "args", [])[:1]]
+            if inner and inner[0]:
+                key = inner[0]
+    params = scope.args if isinstance(scope, FUNCTIONS) else None
+    if (
+        params is not None
+        and key in {a.arg for a in params.posonlyargs + params.args + params.kwonlyargs}
+        and not any(
+            isinstance(n, ast.Assign | ast.AugAssign)
+            and key in {dotted(t) for t in (n.targets if isinstance(n, ast.Assign) else [n.target])}
+            for n in module.project.nodes_of(scope)
+        )
+    ):
+        return True  # a loss handed in by the caller, made (and divided) where this cannot see
     for n in module.project.nodes_of(scope):
         if isinstance(n, ast.AugAssign) and dotted(n.target) == key:
             if isinstance(n.op, scaling):

@@ -28,6 +28,8 @@ To measure the code of an older commit: `git archive OLD scaffold | tar -x -C /t
 this script with PYTHONPATH=/tmp/old.
 """
 
+# ruff: noqa: E501  (VERDICTS quote the judged source lines whole)
+
 import argparse
 import ast
 import datetime
@@ -58,6 +60,353 @@ def verdict(repo, path, code, line, judged, why):
     VERDICTS[repo, path, code, line.strip()] = (judged, why)
 
 
+# Every finding of the code before issue 25 and after it, judged by reading the code around it.
+verdict(
+    "Lightning-AI+lit-llama",
+    "generate.py",
+    "SCF1001",
+    "for i in range(num_samples):",
+    F,
+    "the loop calls generate(), which is decorated @torch.no_grad()",
+)
+verdict(
+    "Lightning-AI+lit-llama",
+    "generate/full.py",
+    "SCF1001",
+    "for i in range(num_samples):",
+    F,
+    "the loop calls generate(), which is decorated @torch.no_grad()",
+)
+verdict(
+    "facebookresearch+deit",
+    "main.py",
+    "SCF1001",
+    "for epoch in range(args.start_epoch, args.epochs):",
+    F,
+    "the epoch loop: training through the NativeScaler object, and evaluate() is @torch.no_grad()",
+)
+verdict(
+    "facebookresearch+dino",
+    "eval_copy_detection.py",
+    "SCF1001",
+    "for q in dataset.query_blocks:",
+    F,
+    "extract_features() is decorated @torch.no_grad()",
+)
+verdict(
+    "facebookresearch+dino",
+    "eval_copy_detection.py",
+    "SCF1001",
+    "for b in dataset.database_blocks:",
+    F,
+    "extract_features() is decorated @torch.no_grad()",
+)
+verdict(
+    "facebookresearch+dino",
+    "eval_linear.py",
+    "SCF1002",
+    "for inp, target in metric_logger.log_every(val_loader, 20, header):",
+    F,
+    "linear probe: the backbone is put in eval before the epoch loop on purpose; only the linear head trains",
+)
+verdict(
+    "facebookresearch+dino",
+    "eval_video_segmentation.py",
+    "SCF1001",
+    "for i, video_name in enumerate(video_list):",
+    F,
+    "every parameter has requires_grad=False and the helpers run under no_grad",
+)
+verdict(
+    "facebookresearch+dino",
+    "utils.py",
+    "SCF201",
+    "p.grad = None",
+    F,
+    "cancel_gradients_last_layer clears some gradients (freezing the last layer), not a zero_grad",
+)
+verdict(
+    "huggingface+accelerate",
+    "benchmarks/fp8/ms_amp/ddp.py",
+    "SCF502",
+    "optimizer.step()",
+    T,
+    "scaler.scale(loss).backward() then optimizer.step(): gradients stay multiplied by the scale and inf/nan steps are not skipped",
+)
+verdict(
+    "huggingface+accelerate",
+    "benchmarks/fp8/torchao/ddp.py",
+    "SCF601",
+    "loss.backward()",
+    D,
+    "backward() inside the autocast block: PyTorch advises against it; it works in practice",
+)
+verdict(
+    "huggingface+accelerate",
+    "benchmarks/fp8/torchao/non_distributed.py",
+    "SCF601",
+    "loss.backward()",
+    D,
+    "backward() inside the autocast block: PyTorch advises against it; it works in practice",
+)
+verdict(
+    "huggingface+accelerate",
+    "benchmarks/torch.compile/regional_compilation.py",
+    "SCF1001",
+    "for model, sub_label, description, stmt, iters in [",
+    D,
+    "a benchmark times the model's inference with autograd on (its Timer statement has no no_grad)",
+)
+verdict(
+    "huggingface+accelerate",
+    "examples/by_feature/fsdp_with_peak_mem_tracking.py",
+    "SCF1401",
+    "accelerator.backward(loss)",
+    T,
+    "steps every gradient_accumulation_steps batches and never divides the loss",
+)
+verdict(
+    "huggingface+accelerate",
+    "tests/test_optimizer.py",
+    "SCF202",
+    "optimizer.step()",
+    F,
+    "a unit test with faked gradients and no loop",
+)
+verdict(
+    "huggingface+accelerate",
+    "tests/test_scheduler.py",
+    "SCF1001",
+    "for num_steps in steps:",
+    F,
+    "a scheduler test that steps an optimizer; nothing is evaluated",
+)
+verdict(
+    "huggingface+accelerate",
+    "tests/test_state_checkpointing.py",
+    "SCF101",
+    "model.to(accelerator.device)",
+    F,
+    "model.to() after building the optimizer keeps each Parameter (torch 2.x); the test checks exactly that",
+)
+verdict(
+    "huggingface+pytorch-image-models",
+    "legacy_train.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "validate() puts the EMA copy in eval; the next training pass trains the model, not the EMA",
+)
+verdict(
+    "openai+guided-diffusion",
+    "scripts/classifier_sample.py",
+    "SCF1001",
+    "while len(all_images) * args.batch_size < args.num_samples:",
+    F,
+    "the sampling/bpd helpers run every model call under th.no_grad()",
+)
+verdict(
+    "openai+guided-diffusion",
+    "scripts/image_nll.py",
+    "SCF1001",
+    "while num_complete < num_samples:",
+    F,
+    "the sampling/bpd helpers run every model call under th.no_grad()",
+)
+verdict(
+    "openai+guided-diffusion",
+    "scripts/image_sample.py",
+    "SCF1001",
+    "while len(all_images) * args.batch_size < args.num_samples:",
+    F,
+    "the sampling/bpd helpers run every model call under th.no_grad()",
+)
+verdict(
+    "openai+guided-diffusion",
+    "scripts/super_res_sample.py",
+    "SCF1001",
+    "while len(all_images) * args.batch_size < args.num_samples:",
+    F,
+    "the sampling/bpd helpers run every model call under th.no_grad()",
+)
+verdict(
+    "openai+improved-diffusion",
+    "scripts/image_nll.py",
+    "SCF1001",
+    "while num_complete < num_samples:",
+    F,
+    "the sampling/bpd helpers run every model call under th.no_grad()",
+)
+verdict(
+    "openai+improved-diffusion",
+    "scripts/image_sample.py",
+    "SCF1001",
+    "while len(all_images) * args.batch_size < args.num_samples:",
+    F,
+    "the sampling/bpd helpers run every model call under th.no_grad()",
+)
+verdict(
+    "openai+improved-diffusion",
+    "scripts/super_res_sample.py",
+    "SCF1001",
+    "while len(all_images) * args.batch_size < args.num_samples:",
+    F,
+    "the sampling/bpd helpers run every model call under th.no_grad()",
+)
+verdict(
+    "pytorch+examples",
+    "distributed/minGPT-ddp/mingpt/trainer.py",
+    "SCF501",
+    "torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)",
+    T,
+    "clip_grad_norm_ after scaler.scale(loss).backward() without scaler.unscale_(): the threshold is off by the scale",
+)
+verdict(
+    "pytorch+examples",
+    "distributed/tensor_parallelism/fsdp_tp_example.py",
+    "SCF202",
+    "optimizer.step()",
+    T,
+    "10 iterations and no zero_grad: the gradients add up (a demo, but the bug is real)",
+)
+verdict(
+    "pytorch+examples",
+    "distributed/tensor_parallelism/sequence_parallel_example.py",
+    "SCF202",
+    "optimizer.step()",
+    T,
+    "10 iterations and no zero_grad: the gradients add up (a demo, but the bug is real)",
+)
+verdict(
+    "pytorch+examples",
+    "distributed/tensor_parallelism/tensor_parallel_example.py",
+    "SCF202",
+    "optimizer.step()",
+    T,
+    "10 iterations and no zero_grad: the gradients add up (a demo, but the bug is real)",
+)
+verdict(
+    "pytorch+examples",
+    "language_translation/main.py",
+    "SCF1001",
+    "while True:",
+    T,
+    "interactive inference: greedy_decode runs the model with autograd on for every sentence",
+)
+verdict(
+    "pytorch+examples",
+    "language_translation/main.py",
+    "SCF1001",
+    "for src, tgt in tqdm(valid_dl):",
+    T,
+    "validate() calls model.eval() but no no_grad (its comment says it turns gradients off)",
+)
+verdict(
+    "pytorch+examples",
+    "super_resolution/main.py",
+    "SCF1002",
+    "for batch in testing_data_loader:",
+    D,
+    "test() never calls model.eval(); this Net has no dropout or BatchNorm, so no effect today",
+)
+verdict(
+    "pytorch+ignite",
+    "assets/tldr/teaser.py",
+    "SCF701",
+    "lr_scheduler.step()",
+    F,
+    "StepLR(step_size=num_iters_per_epoch) stepped per iteration decays once per epoch",
+)
+verdict(
+    "pytorch+ignite",
+    "examples/references/segmentation/pascal_voc2012/main.py",
+    "SCF1401",
+    "scaler.scale(loss).backward()",
+    F,
+    "the loss is divided by accumulation_steps in forward_pass(), which returns it",
+)
+verdict(
+    "pytorch+ignite",
+    "ignite/engine/__init__.py",
+    "SCF503",
+    "scaler.step(optimizer)",
+    F,
+    "cast(torch.Tensor, scaler.scale(loss)).backward() is a scaled backward",
+)
+verdict(
+    "pytorch+ignite",
+    "ignite/engine/__init__.py",
+    "SCF1401",
+    "scaled_loss.backward()",
+    F,
+    "the loss is divided before apex's scale_loss(loss) gives scaled_loss",
+)
+verdict(
+    "ultralytics+yolov5",
+    "classify/val.py",
+    "SCF1001",
+    "for images, labels in bar:",
+    F,
+    "run() is decorated @smart_inference_mode(), the project's wrapper of torch.inference_mode",
+)
+verdict(
+    "ultralytics+yolov5",
+    "export.py",
+    "SCF1001",
+    "for _ in range(2):",
+    F,
+    "run() is decorated @smart_inference_mode(), the project's wrapper of torch.inference_mode",
+)
+verdict(
+    "ultralytics+yolov5",
+    "segment/train.py",
+    "SCF101",
+    "model.half().float()  # pre-reduce anchor precision",
+    F,
+    "model.half().float(): a deliberate round trip that keeps each Parameter (torch 2.x)",
+)
+verdict(
+    "ultralytics+yolov5",
+    "segment/val.py",
+    "SCF1001",
+    "for batch_i, (im, targets, paths, shapes, masks) in enumerate(pbar):",
+    F,
+    "run() is decorated @smart_inference_mode(), the project's wrapper of torch.inference_mode",
+)
+verdict(
+    "ultralytics+yolov5",
+    "train.py",
+    "SCF101",
+    "model.half().float()  # pre-reduce anchor precision",
+    F,
+    "model.half().float(): a deliberate round trip that keeps each Parameter (torch 2.x)",
+)
+verdict(
+    "ultralytics+yolov5",
+    "utils/torch_utils.py",
+    "SCF1001",
+    "for p in self.ema.parameters():",
+    F,
+    "the loop only sets requires_grad_(False) on the EMA's parameters",
+)
+verdict(
+    "ultralytics+yolov5",
+    "val.py",
+    "SCF1001",
+    "for batch_i, (im, targets, paths, shapes) in enumerate(pbar):",
+    F,
+    "run() is decorated @smart_inference_mode(), the project's wrapper of torch.inference_mode",
+)
+verdict(
+    "yunjey+pytorch-tutorial",
+    "tutorials/03-advanced/neural_style_transfer/main.py",
+    "SCF1001",
+    "for f1, f2, f3 in zip(target_features, content_features, style_features):",
+    F,
+    "style transfer: the loop sums the style loss that is then backpropagated",
+)
+
+
 # --- injections ---
 
 
@@ -65,14 +414,361 @@ def verdict(repo, path, code, line, judged, why):
 class Injection:
     repo: str
     path: str
-    old: str
-    new: str
+    edits: tuple  # (old, new) pairs, each old text found exactly once
     codes: tuple
     bug: str
     scope: tuple = ()  # the paths checked, relative to the repository; the whole one if empty
 
 
+def inject(repo, path, bug, codes, *edits, scope=()):
+    INJECTIONS.append(Injection(repo, path, edits, tuple(codes.split()), bug, scope))
+
+
 INJECTIONS: list = []
+EX, NANO = "pytorch+examples", "karpathy+nanoGPT"
+DEIT, MAE = "facebookresearch+deit", "facebookresearch+mae"
+MNIST, IMNET = "mnist/main.py", "imagenet/main.py"
+MNIST_SCOPE, IMNET_SCOPE = ("mnist",), ("imagenet",)
+
+# pytorch/examples mnist: a plain script, train() and test() functions, StepLR per epoch.
+inject(
+    EX,
+    MNIST,
+    "zero_grad removed",
+    "SCF202",
+    ("        optimizer.zero_grad()\n        output = model(data)", "        output = model(data)"),
+    scope=MNIST_SCOPE,
+)
+inject(
+    EX,
+    MNIST,
+    "zero_grad between backward and step",
+    "SCF201",
+    (
+        "        optimizer.zero_grad()\n        output = model(data)\n"
+        "        loss = F.nll_loss(output, target)\n        loss.backward()\n",
+        "        output = model(data)\n        loss = F.nll_loss(output, target)\n"
+        "        loss.backward()\n        optimizer.zero_grad()\n",
+    ),
+    scope=MNIST_SCOPE,
+)
+inject(
+    EX,
+    MNIST,
+    "step before backward",
+    "SCF301",
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        optimizer.step()\n        loss.backward()\n",
+    ),
+    scope=MNIST_SCOPE,
+)
+inject(
+    EX,
+    MNIST,
+    "model.train() removed",
+    "SCF901",
+    ("    model.train()\n    for batch_idx", "    for batch_idx"),
+    scope=MNIST_SCOPE,
+)
+inject(
+    EX,
+    MNIST,
+    "model.eval() removed",
+    "SCF1002",
+    ("    model.eval()\n    test_loss = 0", "    test_loss = 0"),
+    scope=MNIST_SCOPE,
+)
+inject(
+    EX,
+    MNIST,
+    "no_grad removed (its block kept as `if True:`)",
+    "SCF1001",
+    (
+        "    with torch.no_grad():\n        for data, target in test_loader:",
+        "    if True:\n        for data, target in test_loader:",
+    ),
+    scope=MNIST_SCOPE,
+)
+inject(
+    EX,
+    MNIST,
+    "StepLR stepped per batch",
+    "SCF701",
+    (
+        "def train(args, model, device, train_loader, optimizer, epoch):",
+        "def train(args, model, device, train_loader, optimizer, epoch, scheduler):",
+    ),
+    (
+        "        optimizer.step()\n        if batch_idx",
+        "        optimizer.step()\n        scheduler.step()\n        if batch_idx",
+    ),
+    (
+        "        train(args, model, device, train_loader, optimizer, epoch)",
+        "        train(args, model, device, train_loader, optimizer, epoch, scheduler)",
+    ),
+    (
+        "        test(model, device, test_loader)\n        scheduler.step()\n",
+        "        test(model, device, test_loader)\n",
+    ),
+    scope=MNIST_SCOPE,
+)
+inject(
+    EX,
+    MNIST,
+    "training loss summed as a tensor",
+    "SCF1101",
+    ("    model.train()\n    for batch_idx", "    model.train()\n    total = 0\n    for batch_idx"),
+    ("        loss.backward()\n", "        loss.backward()\n        total += loss\n"),
+    scope=MNIST_SCOPE,
+)
+
+# pytorch/examples imagenet: DistributedSampler, AverageMeter, run_validate helper, StepLR.
+inject(
+    EX,
+    IMNET,
+    "zero_grad removed",
+    "SCF202",
+    ("        optimizer.zero_grad()\n        loss.backward()", "        loss.backward()"),
+    scope=IMNET_SCOPE,
+)
+inject(
+    EX,
+    IMNET,
+    "zero_grad between backward and step",
+    "SCF201",
+    (
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()",
+        "        loss.backward()\n        optimizer.zero_grad()\n        optimizer.step()",
+    ),
+    scope=IMNET_SCOPE,
+)
+inject(
+    EX,
+    IMNET,
+    "model.train() removed",
+    "SCF901",
+    ("    # switch to train mode\n    model.train()\n", ""),
+    scope=IMNET_SCOPE,
+)
+inject(
+    EX,
+    IMNET,
+    "model.eval() removed",
+    "SCF1002",
+    ("    # switch to evaluate mode\n    model.eval()\n", ""),
+    scope=IMNET_SCOPE,
+)
+inject(
+    EX,
+    IMNET,
+    "no_grad removed (its block kept as `if True:`)",
+    "SCF1001",
+    (
+        "        with torch.no_grad():\n            end = time.time()",
+        "        if True:\n            end = time.time()",
+    ),
+    scope=IMNET_SCOPE,
+)
+inject(
+    EX,
+    IMNET,
+    "set_epoch removed",
+    "SCF1501",
+    ("            train_sampler.set_epoch(epoch)", "            pass"),
+    scope=IMNET_SCOPE,
+)
+inject(
+    EX,
+    IMNET,
+    "loss tensor given to the AverageMeter",
+    "SCF1101",
+    (
+        "        losses.update(loss.item(), images.size(0))\n        top1.update(acc1[0], "
+        "images.size(0))\n        top5.update(acc5[0], images.size(0))\n\n        # compute",
+        "        losses.update(loss, images.size(0))\n        top1.update(acc1[0], "
+        "images.size(0))\n        top5.update(acc5[0], images.size(0))\n\n        # compute",
+    ),
+    scope=IMNET_SCOPE,
+)
+inject(
+    EX,
+    IMNET,
+    "clip before backward",
+    "SCF401",
+    (
+        "        optimizer.zero_grad()\n        loss.backward()",
+        "        optimizer.zero_grad()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+        "\n        loss.backward()",
+    ),
+    scope=IMNET_SCOPE,
+)
+
+# nanoGPT train.py: a module-level while loop, micro-step accumulation, GradScaler.
+inject(
+    NANO,
+    "train.py",
+    "zero_grad removed",
+    "SCF202",
+    ("    optimizer.zero_grad(set_to_none=True)\n", ""),
+)
+inject(
+    NANO,
+    "train.py",
+    "unscale_ removed before clipping",
+    "SCF501",
+    ("        scaler.unscale_(optimizer)\n", ""),
+)
+inject(
+    NANO,
+    "train.py",
+    "optimizer.step() instead of scaler.step()",
+    "SCF502",
+    ("    scaler.step(optimizer)\n", "    optimizer.step()\n"),
+)
+inject(NANO, "train.py", "scaler.update() removed", "SCF504", ("    scaler.update()\n", ""))
+inject(
+    NANO,
+    "train.py",
+    "accumulated loss not divided",
+    "SCF1401",
+    (
+        "            loss = loss / gradient_accumulation_steps # scale the loss to account for "
+        "gradient accumulation\n",
+        "",
+    ),
+)
+inject(
+    NANO,
+    "train.py",
+    "@torch.no_grad() removed from estimate_loss",
+    "SCF1001",
+    ("@torch.no_grad()\ndef estimate_loss():", "def estimate_loss():"),
+)
+inject(
+    NANO,
+    "train.py",
+    "backward inside autocast",
+    "SCF601",
+    (
+        "        # backward pass, with gradient scaling if training in fp16\n"
+        "        scaler.scale(loss).backward()\n",
+        "",
+    ),
+    (
+        "            loss = loss / gradient_accumulation_steps # scale the loss to account for "
+        "gradient accumulation\n",
+        "            loss = loss / gradient_accumulation_steps\n"
+        "            scaler.scale(loss).backward()\n",
+    ),
+)
+
+# DeiT engine.py + main.py: timm's NativeScaler, loss_scaler(loss, optimizer, clip_grad=...).
+inject(
+    DEIT,
+    "engine.py",
+    "zero_grad removed (NativeScaler)",
+    "SCF202",
+    ("        optimizer.zero_grad()\n\n        # this attribute", "\n        # this attribute"),
+)
+inject(
+    DEIT,
+    "engine.py",
+    "clipping before the loss scaler's backward",
+    "SCF401",
+    (
+        "        optimizer.zero_grad()\n\n        # this attribute",
+        "        optimizer.zero_grad()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), "
+        "max_norm)\n\n        # this attribute",
+    ),
+)
+inject(
+    DEIT,
+    "engine.py",
+    "clipping after the loss scaler's step",
+    "SCF401",
+    (
+        "        torch.cuda.synchronize()\n        if model_ema",
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+        "        torch.cuda.synchronize()\n        if model_ema",
+    ),
+)
+inject(
+    DEIT,
+    "engine.py",
+    "model.train() removed (NativeScaler)",
+    "SCF901",
+    ("    model.train(set_training_mode)\n", ""),
+)
+inject(
+    DEIT,
+    "engine.py",
+    "loss tensor given to the metric logger",
+    "SCF1101",
+    (
+        "        metric_logger.update(loss=loss_value)\n        metric_logger.update(lr=",
+        "        metric_logger.update(loss=loss)\n        metric_logger.update(lr=",
+    ),
+)
+inject(
+    DEIT,
+    "engine.py",
+    "epoch scheduler stepped per batch (NativeScaler)",
+    "SCF701",
+    (
+        "def train_one_epoch(model: torch.nn.Module, criterion: DistillationLoss,",
+        "def train_one_epoch(model: torch.nn.Module, criterion: DistillationLoss, sched,",
+    ),
+    (
+        "        torch.cuda.synchronize()\n        if model_ema",
+        "        sched.step()\n        torch.cuda.synchronize()\n        if model_ema",
+    ),
+    scope=("engine.py", "epoch_sched.py"),
+)
+
+# MAE engine_finetune.py + main_finetune.py: NativeScalerWithGradNormCount, accumulation.
+inject(
+    MAE,
+    "engine_finetune.py",
+    "accumulated loss not divided (loss scaler)",
+    "SCF1401",
+    ("        loss /= accum_iter\n", ""),
+)
+inject(
+    MAE,
+    "engine_finetune.py",
+    "zero_grad removed (loss scaler)",
+    "SCF202",
+    ("        if (data_iter_step + 1) % accum_iter == 0:\n            optimizer.zero_grad()\n", ""),
+)
+inject(
+    MAE,
+    "engine_finetune.py",
+    "model.train() removed (loss scaler)",
+    "SCF901",
+    ("    model.train(True)\n", ""),
+)
+inject(
+    MAE,
+    "engine_finetune.py",
+    "clipping before the loss scaler's backward",
+    "SCF401",
+    (
+        "        loss /= accum_iter\n",
+        "        loss /= accum_iter\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+    ),
+)
+inject(
+    MAE,
+    "engine_finetune.py",
+    "loss tensor given to the metric logger",
+    "SCF1101",
+    (
+        "        metric_logger.update(loss=loss_value)\n        min_lr",
+        "        metric_logger.update(loss=loss)\n        min_lr",
+    ),
+)
 
 
 # --- running ---
@@ -102,9 +798,10 @@ def python_lines(folder: Path) -> int:
 def check_repo(folder: Path, scope=()) -> tuple:
     """(findings, problems, notes, seconds) of one run over a repository."""
     targets = [str(folder / s) for s in scope] if scope else [str(folder)]
-    start = time.perf_counter()
+    # CPU time of this process: the machine is shared, and wall time moves with its load
+    start = time.process_time()
     result = check_paths(targets)
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     return result.findings, result.problems, getattr(result, "notes", []), seconds
 
 
@@ -139,16 +836,33 @@ def run_injection(trees: Path, inj: Injection) -> tuple:
         shutil.copytree(source, copy, ignore=shutil.ignore_patterns("*.png", "*.jpg", ".git"))
         before = _keys(copy, inj.scope)
         target = copy / inj.path
-        text = target.read_text()
-        if text.count(inj.old) != 1:
-            count = text.count(inj.old)
-            raise SystemExit(f"injection {inj.bug!r}: {inj.path} has its text {count}x")
-        changed = text.replace(inj.old, inj.new)
+        changed = target.read_text()
+        for old, new in inj.edits:
+            if changed.count(old) != 1:
+                count = changed.count(old)
+                raise SystemExit(f"injection {inj.bug!r}: {inj.path} has {old!r} {count}x")
+            changed = changed.replace(old, new)
         ast.parse(changed)
         target.write_text(changed)
+        if inj.repo == DEIT and "sched" in changed:
+            # DeiT steps a timm scheduler with the epoch (idempotent); the classic bug is a
+            # torch epoch scheduler handed to the batch loop, as a caller would write it:
+            (copy / "epoch_sched.py").write_text(EPOCH_SCHED)
         after = _keys(copy, inj.scope)
     new = sorted(after - before)
     return any(code in inj.codes for _, code, _ in new), new
+
+
+EPOCH_SCHED = """import torch
+from engine import train_one_epoch
+
+
+def fit(model, criterion, loader, optimizer, device, loss_scaler, epochs, args):
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
+    for epoch in range(epochs):
+        train_one_epoch(model, criterion, sched, loader, optimizer, device, epoch, loss_scaler,
+                        args=args)
+"""
 
 
 def _keys(folder: Path, scope) -> set:
@@ -222,7 +936,7 @@ def markdown(rows, counts, precision, problems, timing, results) -> str:
         f"- `torch.load` without `weights_only` (SCF2301): {len(rows) - len(loop)}",
         f"- internal errors: {len(problems)}",
         f"- speed: {lines:,} lines in {seconds:.1f} s, {seconds / lines * 1e5:.2f} s per 100k "
-        "lines (in process, 2-core machine)",
+        "lines (CPU time of the checking process, 2-core machine)",
     ]
     if results:
         found = sum(c for _, c, _ in results)

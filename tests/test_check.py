@@ -104,7 +104,8 @@ def swap(lines, target):
     found = re.search(r"([\w.]+)\.parameters\(\)", lines[index]) if index is not None else None
     if found is None:
         return None
-    line = f"{indent(lines[index])}{target.format(m=found.group(1))} = torch.nn.Linear(4, 2)  # [swap]\n"
+    swapped = target.format(m=found.group(1))
+    line = f"{indent(lines[index])}{swapped} = torch.nn.Linear(4, 2)  # [swap]\n"
     return [*lines[: index + 1], line, *lines[index + 1 :]]
 
 

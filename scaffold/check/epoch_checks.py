@@ -224,22 +224,30 @@ def _eval_keys(module: Module, loop, function) -> set:
         else:
             evaluated.discard(key)
     cls = module.owner.get(module.method_of(function)) if function is not None else None
-    if cls is not None:
+    if cls is not None and not evaluated:
+        evaluated |= _class_eval_keys(module, cls)
+    return evaluated
+
+
+def _class_eval_keys(module: Module, cls) -> set:
+    """The `self.` modules a class puts in eval mode and never back in training mode."""
+    memo = module.project.__dict__.setdefault("class_eval_keys", {})
+    if cls not in memo:
         calls = [
             (node.func.attr, _mode_key(module, node))
             for method in module.methods[cls].values()
-            for node in ast.walk(method)
+            for node in module.project.nodes_of(method)
             if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr in ("eval", "train")
         ]
         trained = {key for attr, key in calls if attr == "train"}
-        evaluated |= {
+        memo[cls] = {
             key
             for attr, key in calls
             if attr == "eval" and key and key.startswith("self.") and key not in trained
         }
-    return evaluated
+    return memo[cls]
 
 
 def _mode_key(module: Module, call) -> str | None:
@@ -261,10 +269,32 @@ def _evaluates(module: Module, loop, function) -> bool:
     if _over_constants(loop):
         return False  # for flag in [True, False]: a few calls, not an evaluation over data
     named = name.startswith(EVAL_NAMES) or name in EVAL_EXACT or name.endswith(EVAL_ENDINGS)
+    if not named and not _may_run_model(module, loop):
+        return False
     evaluated = _eval_keys(module, loop, function)
     if not named and not evaluated:
         return False
     return _runs_model(module, loop, evaluated, function)
+
+
+def _may_run_model(module: Module, loop) -> bool:
+    """A cheap first look: some call in the loop, or an argument of one, names a module in
+    eval or training mode somewhere, or one named like a model."""
+    models = _eval_names(module.project)
+    for node in module.project.nodes_of(loop):
+        if isinstance(node, ast.Call):
+            for part in (node.func, *node.args):
+                key = dotted(part)
+                if key is None:
+                    continue
+                last = key.rsplit(".", 1)[-1]
+                if (
+                    last in models
+                    or _model_like(key, set())
+                    or (isinstance(part, ast.Attribute) and part.attr in FORWARDS)
+                ):
+                    return True
+    return False
 
 
 def _model_like(key: str | None, evaluated: set) -> bool:
@@ -566,17 +596,18 @@ def inference_in_training_mode(module: Module):
     dropped."""
     evaluated = _eval_names(module.project)
     for loop, paths in module.loops_paths.items():
-        if module.unit(loop) is not None or has_training_pass(paths) or _updates(module, loop):
+        if module.unit(loop) is not None or has_training_pass(paths):
+            continue
+        if _updates(module, loop):
+            continue
+        keys = [k for k in _run_keys(module, loop) if k.rsplit(".", 1)[-1] not in evaluated]
+        if not keys:
             continue
         function = module.enclosing_function(loop)
         if not _grad_free(module, loop, function):
             continue
-        for key in _run_keys(module, loop):
-            last = key.rsplit(".", 1)[-1]
-            if last in evaluated or not _built_here(module, key, function):
-                continue
+        if any(_built_here(module, key, function) for key in keys):
             yield loop, "SCF1002"
-            break
 
 
 def _eval_names(project) -> set:

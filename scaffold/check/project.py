@@ -103,6 +103,7 @@ class Project:
     def _reaching_backward(self) -> set:
         """The loops and functions, in any file, from which a backward() call may run."""
         calls = [call for module in self.modules for call in module.calls]
+        self.scaler_calls = {call for call, _ in calls if scaler_call(call)}
         hot: set = set()
         changed = True
         while changed:  # until no helper adds another caller
@@ -110,7 +111,7 @@ class Project:
             for call, target in calls:
                 if call in hot:
                     continue
-                if last_name(call) in BACKWARD_CALLS or target in hot or scaler_call(call):
+                if last_name(call) in BACKWARD_CALLS or target in hot or call in self.scaler_calls:
                     hot.add(call)
                     changed = True
                     node = self.parents.get(call)
@@ -133,7 +134,11 @@ class Project:
                     function = module.enclosing_function(call)
                     if function is None or function in stepping or _in_loop(module, call):
                         continue
-                    if last_name(call) in BACKWARD_CALLS or target in stepping or scaler_call(call):
+                    if (
+                        last_name(call) in BACKWARD_CALLS
+                        or target in stepping
+                        or call in self.scaler_calls
+                    ):
                         stepping.add(function)
                         changed = True
         return stepping
@@ -147,7 +152,7 @@ class Project:
             for node in module.nodes:
                 if (
                     isinstance(node, ast.Call)
-                    and (last_name(node) in RELEVANT_CALLS or scaler_call(node))
+                    and (last_name(node) in RELEVANT_CALLS or node in self.scaler_calls)
                 ) or (
                     isinstance(node, ast.Attribute) and node.attr == "grad"  # p -= lr * p.grad
                 ):

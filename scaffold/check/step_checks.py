@@ -186,9 +186,14 @@ def _keeps(node, names: set) -> bool:
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("append", "extend", "insert")
+        and node.func.attr in ("append", "extend", "insert", "update")
     ):
-        return any(_bare(arg, names) for arg in node.args)
+        # losses.append(loss); meter.update(loss, n), logger.update(loss=loss): an average
+        # meter keeps a running sum, and with it every step's graph
+        values = [*node.args, *(k.value for k in node.keywords if k.arg is not None)]
+        return any(isinstance(v, ast.Name) and v.id in names for v in values) or any(
+            _bare(arg, names) for arg in node.args if node.func.attr != "update"
+        )
     return False
 
 
@@ -362,7 +367,8 @@ def autocast_around_update(module: Module):
 
 
 def _under_autocast(module: Module, node) -> bool:
-    """Whether a node runs inside a `with ...autocast(...)` of its own function."""
+    """Whether a node runs inside a `with ...autocast(...)` of its own function, or a `with
+    ctx:` whose name was set to one (`ctx = nullcontext() if cpu else torch.autocast(...)`)."""
     for outer in module.ancestors(node):
         if isinstance(outer, FUNCTIONS):
             return False
@@ -371,6 +377,24 @@ def _under_autocast(module: Module, node) -> bool:
                 call = item.context_expr
                 if last_name(call) == "autocast" and not _switched_off(call):
                     return True
+                if isinstance(call, ast.Name) and _names_autocast(module, call, outer):
+                    return True
+    return False
+
+
+def _names_autocast(module: Module, name: ast.Name, where) -> bool:
+    scope = module.enclosing_function(where)
+    for home in (scope, None) if scope is not None else (None,):
+        for n in module.project.nodes_of(home if home is not None else module.tree):
+            if (
+                isinstance(n, ast.Assign)
+                and any(dotted(t) == name.id for t in n.targets)
+                and any(
+                    isinstance(c, ast.Call) and last_name(c) == "autocast" and not _switched_off(c)
+                    for c in ast.walk(n.value)
+                )
+            ):
+                return True
     return False
 
 
@@ -432,15 +456,39 @@ def accumulation_without_division(module: Module):
     for unit in module.steps():
         events = [e for p in unit.paths for e in p.events]
         steps = [e for e in events if e.kind == STEP]
-        if not steps or not all(_every_kth(module, e.node, unit.node) for e in steps):
+        if not steps:
+            continue
+        every_kth = all(_every_kth(module, e.node, unit.node) for e in steps)
+        micro = all(_micro_loop(module, e.node, unit.node, steps) for e in events
+                    if e.kind == BACKWARD)  # fmt: skip
+        if not (every_kth or micro):
             continue
         for event in events:
             if event.kind == BACKWARD and not _divided(module, event, unit):
                 yield event.node, "SCF1401"
 
 
+def _micro_loop(module: Module, node, stop, steps) -> bool:
+    """Whether a backward() runs in a loop of its own inside the step (nanoGPT's micro-steps)
+    that no optimizer step is in: several backward() calls per update."""
+    for outer in module.ancestors(node, stop):
+        if isinstance(outer, FUNCTIONS):
+            return False
+        if isinstance(outer, LOOPS):
+            inside = set(module.project.nodes_of(outer))
+            return not any(e.node in inside for e in steps)
+    return False
+
+
 def _every_kth(module: Module, node, stop) -> bool:
-    """Whether a node runs under an `if ... % k` inside `stop`."""
+    """Whether a node runs under an `if ... % k` inside `stop`, or is a loss scaler's call told
+    to update only every k-th time (update_grad=(i + 1) % k == 0)."""
+    if isinstance(node, ast.Call) and any(
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+        for k in node.keywords
+        for n in ast.walk(k.value)
+    ):
+        return True
     return any(
         isinstance(outer, ast.If)
         and any(

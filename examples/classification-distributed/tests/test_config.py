@@ -117,6 +117,37 @@ def test_bad_flags_are_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch, 
     assert list(tmp_path.iterdir()) == []
 
 
+EMPTY_DATA = (
+    "data is empty (an unset shell variable?); give a value, or leave data out for its default"
+)
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize(
+    "argv, toml",
+    [
+        (["--data", ""], None),  # --data "$DATA" with DATA unset
+        (["--data", "   "], None),
+        (["--set", "data="], None),
+        (["--set", "data = "], None),
+        ([], 'data = ""\n'),
+        ([], 'data = " "\n'),
+    ],
+    ids=["flag", "flag-blank", "set", "set-spaces", "toml", "toml-blank"],
+)
+def test_empty_data_is_refused_not_read_as_the_synthetic_data(
+    tmp_path, capsys, monkeypatch, argv, toml
+):
+    monkeypatch.chdir(tmp_path)  # a run would write runs/latest here
+    if toml is not None:
+        (tmp_path / "run.toml").write_text(toml)
+        argv = ["--config", "run.toml"]
+    assert train.main(["--epochs", "1", *argv]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", f"error: {EMPTY_DATA}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["run.toml"] if toml else [])
+
+
 @pytest.mark.probe
 def test_boundary_values_are_accepted():
     assert Config(seed=0).seed == 0

@@ -1,6 +1,7 @@
 """M1-M8: two processes under torchrun (gloo, CPU) train as one process does, and agree."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -268,3 +269,69 @@ def test_M4_decisions_are_taken_together_on_the_summed_validation_loss(tmp_path,
     assert got == [epochs, epochs], f"M3/M4: the ranks trained {got} epochs, not {epochs} each"
     difference = max_difference(records[0]["weights"], records[1]["weights"])
     assert difference == 0.0, f"M3/M4: the ranks' weights differ by {difference:.2e}"
+
+
+def torchrun(nproc: int, *args: str) -> tuple[list[str], dict]:
+    """The command and environment of `torchrun -m <train> ARGS`, this project's src first."""
+    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += [f"--nproc_per_node={nproc}", "-m", train.__name__, *args]
+    return command, {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_a_global_batch_smaller_than_the_processes_is_refused_at_start(tmp_path, batch_size):
+    # 2 processes: 1 sample cannot be shared out (each batch would join the next: one step
+    # an epoch); 2 (equal) and 3 (not divisible) can, and train one process's steps.
+    out = tmp_path / "run"
+    settings = [*SETTINGS, "--epochs", "1", "--set", f"batch_size={batch_size}"]
+    if batch_size < 2:
+        command, env = torchrun(2, *settings, "--out", str(out))
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        ours = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert ours == [
+            "error: batch_size 1 is the global batch, shared out over 2 processes, each needing "
+            "at least one sample of it; set batch_size to 2 or more (and keep lr as for one "
+            "process)"
+        ], done.stderr
+        assert done.returncode != 0 and "exitcode: 2" in done.stderr  # the ranks' code
+        assert "epoch" not in done.stdout and not out.exists()
+        return
+    records = launch(tmp_path, 2, *settings, "--out", str(out))
+    cfg = load_config(None, [*task_cases.SMALL])
+    alone = Batches(load_data(cfg).train, batch_size, shuffle=True, seed=cfg.seed)
+    steps = len(alone.batch_indices())
+    # A last batch of 1 sample joins the one before it (M1): at most one step fewer.
+    assert steps - 1 <= len(records[0]["batches"][0]) <= steps
+
+
+@pytest.mark.probe
+def test_sigterm_to_torchrun_saves_the_kept_epochs_and_rank_0_alone_says_so(tmp_path):
+    # torchrun passes SIGTERM on to every rank. The epochs kept in memory (checkpoint_every_s
+    # at its 10 s default) are written by rank 0, which alone prints the resume line.
+    out = tmp_path / "run"
+    settings = [*SETTINGS, "--epochs", "100000", "--out", str(out)]
+    settings += ["--set", "patience=100000"]
+    command, env = torchrun(2, *settings)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    printed = 0
+    while printed < 2:
+        line = process.stdout.readline()
+        assert line, process.communicate()[1]
+        printed += line.startswith("epoch ")
+    assert not (out / "last.pt").exists()  # kept in memory only, so far
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    printed += sum(line.startswith("epoch ") for line in stdout.splitlines())
+    ours = [
+        line
+        for line in stderr.splitlines()
+        if line.startswith(("stopped", "interrupted", "error: "))
+    ]
+    assert len(ours) == 1 and ours[0].startswith("stopped by SIGTERM at epoch "), stderr
+    assert ours[0].endswith(f"; resume with python -m {train.__name__} --resume {out / 'last.pt'}")
+    last = torch.load(out / "last.pt", weights_only=False)
+    assert printed <= last["epoch"] <= printed + 1

@@ -7,6 +7,7 @@ every unusable input ends in one line and exit code 2, with nothing written.
 
 import csv
 import itertools
+import json
 import math
 import os
 import subprocess
@@ -194,3 +195,50 @@ def test_unusable_checkpoints_and_outputs_are_refused_and_no_file_is_lost(run, t
     again = ["--checkpoint", last, "--data", data, "--out", kept, "--overwrite"]
     assert predict.main([*map(str, again), "--device", DEVICE]) == 0
     assert kept.read_text().startswith("id,prediction")
+
+
+@pytest.mark.probe
+def test_evaluate_without_out_writes_beside_the_checkpoint_and_never_replaces_it(run, tmp_path):
+    data, _, _, last = run
+    here = tmp_path / "project"  # where the command runs: it must stay as it is
+    here.mkdir()
+    report = last.parent / "evaluation.json"
+    report.unlink(missing_ok=True)
+    done = run_cli(evaluate, "--checkpoint", last, "--data", data, cwd=here)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"saved in {report}"
+    assert list(here.iterdir()) == []
+    written = report.read_bytes()
+    assert json.loads(written)["checkpoint"] == str(last)
+    again = run_cli(evaluate, "--checkpoint", last, "--data", data, cwd=here)
+    assert again.returncode == 2
+    assert again.stderr.splitlines() == [
+        f"error: --out {report} exists; choose another file or add --overwrite"
+    ]
+    assert report.read_bytes() == written
+    nowhere = tmp_path / "none" / "best.pt"
+    missing = run_cli(evaluate, "--checkpoint", nowhere, "--data", data, cwd=here)
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1
+    assert missing.stderr.startswith(f"error: checkpoint {nowhere} does not exist;")
+    assert list(here.iterdir()) == []
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("module", [evaluate, predict])
+def test_a_closed_pipe_ends_quietly_with_141_and_the_file_written(run, tmp_path, module):
+    # `... | head` where head has already stopped reading: the read end is closed at once.
+    data, _, _, last = run
+    out = tmp_path / "out.file"
+    command = [sys.executable, "-m", module.__name__, "--checkpoint", str(last)]
+    command += ["--data", str(data), "--out", str(out), "--device", DEVICE]
+    env = {**os.environ, "PYTHONPATH": str(Path(predict.__file__).parents[1])}
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            command, stdout=write, stderr=subprocess.PIPE, env=env, text=True, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+    assert out.stat().st_size > 0

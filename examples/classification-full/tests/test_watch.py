@@ -2,7 +2,11 @@
 
 import csv
 import math
+import os
 import re
+import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -240,6 +244,110 @@ def test_plot_refuses_a_folder_without_metrics_in_one_line(tmp_path, capsys):
         f"error: {tmp_path} has no metrics.csv; give a folder a training run wrote"
     ]
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(
+    "target, overwrite",
+    [
+        ("metrics.csv", False),  # the run's own metrics, which a PNG would replace
+        ("metrics.csv", True),
+        ("last.pt", False),
+        ("curves.png", False),
+        ("mine.png", False),
+    ],
+)
+def test_plot_never_replaces_a_file_without_overwrite_nor_its_input(
+    two_runs, tmp_path, capsys, target, overwrite
+):
+    run = tmp_path / "run"
+    shutil.copytree(two_runs[0], run)
+    (run / "mine.png").write_bytes(b"the user's picture")
+    assert plot.main([str(run), "--out", str(run / "curves.png")]) == 0  # absent: drawn
+    capsys.readouterr()
+    kept = {path.name: path.read_bytes() for path in run.iterdir()}
+    out = run / target
+    argv = [str(run), "--out", str(out)] + (["--overwrite"] if overwrite else [])
+    assert plot.main(argv) == plot.EXIT_INPUT
+    captured = capsys.readouterr()
+    if overwrite:
+        message = f"error: --out {out} is the input {run / 'metrics.csv'}; choose another --out"
+    else:
+        message = f"error: --out {out} exists; choose another file or add --overwrite"
+    assert (captured.out, captured.err.splitlines()) == ("", [message])
+    assert {path.name: path.read_bytes() for path in run.iterdir()} == kept
+    # With consent a PNG that is no input is replaced, whole.
+    assert plot.main([str(run), "--out", str(run / "mine.png"), "--overwrite"]) == 0
+    assert (run / "mine.png").read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize("column", ["epoch", "train_loss", "val_loss", "lr"])
+def test_plot_names_a_missing_column_in_one_line(two_runs, tmp_path, capsys, column):
+    metrics = (two_runs[0] / "metrics.csv").read_text().splitlines()
+    header = metrics[0].split(",")
+    keep = [i for i, name in enumerate(header) if name != column]
+    run = tmp_path / "edited"
+    run.mkdir()
+    rows = [",".join(line.split(",")[i] for i in keep) for line in metrics]
+    (run / "metrics.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "x.png"
+    assert plot.main([str(run), "--out", str(out)]) == plot.EXIT_INPUT
+    path = run / "metrics.csv"
+    if column == "epoch":
+        message = f"error: {path} holds no epochs; give a folder a training run wrote"
+    else:
+        message = f"error: {path} has no {column} column; give a folder a training run wrote"
+    assert capsys.readouterr().err.splitlines() == [message]
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO")
+def test_plot_refuses_a_fifo_as_metrics_instead_of_waiting_on_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "metrics.csv")
+    command = [sys.executable, "-m", plot.__name__, str(run), "--out", str(tmp_path / "x.png")]
+    done = subprocess.run(command, env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == plot.EXIT_INPUT
+    assert done.stderr.splitlines() == [
+        f"error: {run / 'metrics.csv'} is not a regular file; give a folder a training run wrote"
+    ]
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs SIGINT")
+def test_ctrl_c_in_plot_is_one_line_exit_130_and_writes_nothing(tmp_path):
+    # The drawing is replaced by a wait, so that Ctrl-C lands while the command works.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text("epoch,lr,train_loss,val_loss\n1,0.1,1.0,1.0\n")
+    code = (
+        "import sys, time\n"
+        f"from {plot.__package__} import plot\n"
+        "def slow(runs):\n"
+        "    print('drawing', flush=True); time.sleep(60)\n"
+        "plot.render_curves = slow\n"
+        "sys.exit(plot.main(sys.argv[1:]))\n"
+    )
+    out = tmp_path / "x.png"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(run), "--out", str(out)],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout.readline() == "drawing\n"
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == plot.EXIT_INTERRUPTED == 130
+    assert (stdout, stderr.splitlines()) == ("", ["interrupted; nothing was written"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def cli_env() -> dict:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    path = os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def test_without_matplotlib_plot_says_which_extra_and_training_skips_the_curves(

@@ -11,6 +11,7 @@ from text_classification_minimal import train
 from text_classification_minimal.data import (
     Batches,
     DataError,
+    NewData,
     Split,
     load_data,
 )
@@ -134,6 +135,29 @@ def test_a_folder_gives_one_class_per_sub_folder(cfg, tmp_path):
     data = load_data(small(cfg, data=str(root)))
     assert data.task.classes == ["ham", "spam"]
     assert len(data.train) + len(data.val) == 8
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_training_reads_every_document_below_a_class_folder_as_evaluate_does(cfg, tmp_path, seed):
+    # Documents at random depths below each class folder, and hidden files and folders, which
+    # nothing reads; training must count what evaluate counts, class by class.
+    generator = torch.Generator().manual_seed(seed)
+    root, expected = tmp_path / "texts", {"ham": 0, "spam": 0}
+    for n in range(40):
+        name = ("ham", "spam")[n % 2]
+        depth = int(torch.randint(0, 4, (1,), generator=generator))
+        folder = root / name / Path(*[f"level{d}" for d in range(depth)])
+        write(folder / f"{n}.txt", f"{name} message {n}")
+        expected[name] += 1
+    write(root / "ham" / ".hidden.txt", "spam spam spam")
+    write(root / "spam" / ".cache" / "old.txt", "ham ham ham")
+    data = load_data(small(cfg, data=str(root), seed=seed))
+    read = torch.cat([data.train.targets, data.val.targets]).bincount(minlength=2).tolist()
+    assert dict(zip(data.task.classes, read, strict=True)) == expected
+    inputs = NewData(data.state_dict(), small(cfg))
+    _, labelled = inputs.read(str(root), data.task, labelled=True)
+    assert labelled.targets.bincount(minlength=2).tolist() == read
 
 
 @pytest.mark.probe

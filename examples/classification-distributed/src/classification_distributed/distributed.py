@@ -33,6 +33,11 @@ class Context:
 ONE_PROCESS = Context()  # a run without torchrun
 
 
+def launched_rank() -> int:
+    """This process's rank as torchrun numbers it (0 without torchrun), known before start()."""
+    return int(os.environ.get("RANK", "0"))
+
+
 def in_group() -> bool:
     """Whether this process is in a process group (under torchrun, after start())."""
     return dist.is_available() and dist.is_initialized()
@@ -227,5 +232,7 @@ def share_outcome(ctx: Context, action) -> None:
         sent = [error]
         dist.broadcast_object_list(sent, src=0)
         error = sent[0]
+        if error is not None and not ctx.is_main:
+            error.told_by_rank_0 = True  # one line of it on stderr, rank 0's
     if error is not None:
         raise error

@@ -5,6 +5,8 @@ import csv
 import importlib.util
 import io
 import math
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from .checkpoint import write_atomically
 
 EXIT_INPUT = 2  # a run folder or --out that cannot be used, or matplotlib missing
 MISSING_MATPLOTLIB = 'plotting needs matplotlib: pip install -e ".[plot]"'
+EXIT_INTERRUPTED = 130  # Ctrl-C
+COLUMNS = ("epoch", "lr", "train_loss", "val_loss")  # what every panel but the metrics' reads
 
 
 class PlotError(ValueError):
@@ -22,14 +26,22 @@ def read_history(run: str | Path) -> list[dict[str, float]]:
     """The rows of a run's metrics.csv, as numbers."""
     path = Path(run) / "metrics.csv"
     try:
+        # A pipe or a device would block or never end: only a regular file is read.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise PlotError(f"{path} is not a regular file; give a folder a training run wrote")
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except FileNotFoundError:
         raise PlotError(f"{run} has no metrics.csv; give a folder a training run wrote") from None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise PlotError(f"cannot read {path}: {err}") from None
-    if not rows or "epoch" not in rows[0] or "val_loss" not in rows[0]:
+    if not rows or "epoch" not in rows[0]:
         raise PlotError(f"{path} holds no epochs; give a folder a training run wrote")
+    lacking = [name for name in COLUMNS if name not in rows[0]]
+    if lacking:
+        raise PlotError(
+            f"{path} has no {', '.join(lacking)} column; give a folder a training run wrote"
+        )
     try:
         return [{key: float(value) for key, value in row.items()} for row in rows]
     except (TypeError, ValueError):
@@ -137,16 +149,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", metavar="PNG", default="curves.png", help="image to write (default curves.png)"
     )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return parser
+
+
+def check_output(out: str, overwrite: bool, runs: list[str]) -> None:
+    """Refuse an --out whose writing would lose a file: an existing one without --overwrite,
+    and, even with it, anything but a regular file, or a run's own metrics.csv."""
+    path = Path(out)
+    if out.endswith(("/", os.sep)) or path.is_dir():
+        raise PlotError(f"--out {out} is a folder; give a file name such as curves.png")
+    if os.path.lexists(path):
+        if not overwrite:
+            raise PlotError(f"--out {path} exists; choose another file or add --overwrite")
+        if path.is_symlink() or not path.is_file():
+            raise PlotError(f"--out {path} is not a regular file; choose another --out")
+        for run in runs:
+            metrics = Path(run) / "metrics.csv"
+            if metrics.exists() and os.path.samefile(metrics, path):
+                raise PlotError(f"--out {path} is the input {metrics}; choose another --out")
+    if not path.parent.is_dir():
+        raise PlotError(f"--out {path}: folder {path.parent} does not exist")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_output(args.out, args.overwrite, args.runs)
         write_curves(args.runs, args.out)
     except PlotError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted; nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"wrote {args.out}")
     return 0
 

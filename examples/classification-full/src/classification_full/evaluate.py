@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, write_atomically
+from .checkpoint import CheckpointError, load_checkpoint, output_closed, write_atomically
 from .config import ConfigError
 from .data import DataError
 from .engine import evaluate
@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--checkpoint", required=True, metavar="CKPT", help="e.g. runs/x/best.pt")
     parser.add_argument("--data", required=True, metavar="PATH", help="labelled data")
-    parser.add_argument("--out", default="evaluation.json", metavar="FILE", help="JSON to write")
+    parser.add_argument(
+        "--out", metavar="FILE", help="JSON to write (default: evaluation.json beside CKPT)"
+    )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -66,10 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    beside = args.out is None  # with the run it measures, never in the folder it runs in
+    if beside:
+        args.out = str(Path(args.checkpoint).parent / "evaluation.json")
     out = Path(args.out)
     try:
         if args.batch_size is not None and args.batch_size < 1:
             raise ConfigError("--batch-size must be 1 or more")
+        if beside and not Path(args.checkpoint).is_file():
+            load_checkpoint(args.checkpoint)  # says what is wrong with it, not with --out
         out = check_output(args.out, args.overwrite, (args.data, args.checkpoint))
         predictor = load_predictor(args.checkpoint, args.device, args.batch_size)
         report = evaluate_data(predictor, args.data)
@@ -89,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"error: cannot write {out}: {err.strerror}", file=sys.stderr)
         return EXIT_INPUT
-    print(format_report(report))
-    print(f"saved in {out}")
+    try:
+        print(format_report(report))
+        print(f"saved in {out}")
+    except BrokenPipeError:  # `evaluate ... | head`: the report is saved all the same
+        return output_closed()
     return 0
 
 

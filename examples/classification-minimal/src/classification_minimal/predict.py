@@ -9,7 +9,13 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, load_checkpoint, require_keys, write_atomically
+from .checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    output_closed,
+    require_keys,
+    write_atomically,
+)
 from .config import Config, ConfigError, load_config
 from .data import Batches, DataError, NewData
 from .model import build_model
@@ -185,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; nothing was written", file=sys.stderr)
         return 130
-    print(f"{len(rows)} predictions in {out}")
+    try:
+        print(f"{len(rows)} predictions in {out}")
+    except BrokenPipeError:  # `predict ... | head`: the predictions are written all the same
+        return output_closed()
     return 0
 
 

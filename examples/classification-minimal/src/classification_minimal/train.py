@@ -5,8 +5,10 @@ import csv
 import dataclasses
 import io
 import math
+import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +22,7 @@ from .checkpoint import (
     copy_to_cpu,
     link_checkpoint,
     load_checkpoint,
+    output_closed,
     remove_stale_temporaries,
     require_keys,
     save_checkpoint,
@@ -37,6 +40,10 @@ from .task import METRICS
 EXIT_INPUT = 2  # a setting, data file, checkpoint or output folder that cannot be used
 EXIT_DIVERGED = 3  # a loss became inf or nan; last.pt keeps the last good epoch
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+# SIGTERM (what SLURM and Kubernetes send before they kill) and SIGHUP (a closed terminal or
+# ssh session) stop a run as Ctrl-C does; each exits 128 + its number, as shells report it:
+# 143 and 129. stdout's reader gone (`train ... | head`) stops it too, with 141 (SIGPIPE).
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
 
 # What a checkpoint must match to be resumed here: this project and the options it was
 # rendered with (another scheduler's state would load silently and train at a wrong rate).
@@ -76,12 +83,64 @@ class TrainingDiverged(ArithmeticError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during training, with the epoch it stopped in."""
+    """Ctrl-C (or SIGTERM, SIGHUP, a closed stdout) during training, with the epoch it stopped
+    in and the signal that stopped it."""
 
-    def __init__(self, epoch: int, saved: bool) -> None:
+    def __init__(self, epoch: int, saved: bool, signum: int = signal.SIGINT) -> None:
         super().__init__(epoch)
         self.epoch = epoch
         self.saved = saved  # whether last.pt holds an epoch of this run to resume from
+        self.signum = signum
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the run is, so that it stops as Ctrl-C stops it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stop_on_signals():
+    """Make SIGTERM and SIGHUP raise Stopped (once: a second one while the run saves its last
+    epoch is ignored); returns what puts the previous handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # only the main thread may handle signals
+    received = []
+
+    def handler(signum, frame):
+        if not received:
+            received.append(signum)
+            raise Stopped(signum)
+
+    names = [name for name in STOP_SIGNALS if hasattr(signal, name)]  # Windows has no SIGHUP
+    previous = {
+        getattr(signal, name): signal.signal(getattr(signal, name), handler) for name in names
+    }
+    return lambda: [signal.signal(number, old) for number, old in previous.items()]
+
+
+def stop_signal(err: BaseException | None) -> int:
+    """The signal under a stop: SIGINT for Ctrl-C, else Stopped's or a closed pipe's."""
+    while err is not None:
+        if isinstance(err, BrokenPipeError):
+            return signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 13
+        if isinstance(err, (Stopped, Interrupted)):
+            return err.signum
+        if isinstance(err, KeyboardInterrupt):
+            return signal.SIGINT
+        err = err.__context__
+    return signal.SIGINT
+
+
+def stop_message(signum: int, epoch: int | None) -> str:
+    """The one line of a stopped run, without what to do next."""
+    where = f"at epoch {epoch}" if epoch is not None else "before training started"
+    if signum == signal.SIGINT:
+        return f"interrupted {where}"
+    if signum == getattr(signal, "SIGPIPE", 13):
+        return f"stopped {where}: its output was closed (SIGPIPE)"
+    return f"stopped by {signal.Signals(signum).name} {where}"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -566,14 +625,16 @@ def fit(
             files.end_epoch(state, improved, final=epoch == cfg.epochs)
             seconds = time.perf_counter() - started
             print(format_row(row, improved, seconds, cfg.epochs), flush=True)
-    except (KeyboardInterrupt, RuntimeError) as err:
-        if not caused_by_ctrl_c(err):
+    except (KeyboardInterrupt, RuntimeError, BrokenPipeError) as err:
+        # Ctrl-C, SIGTERM or SIGHUP (Stopped), or stdout's reader gone: a stop, not a failure.
+        if not caused_by_ctrl_c(err) and not isinstance(err, BrokenPipeError):
             raise
         files.flush_or_keep()  # the last finished epoch, if it was kept in memory
         # last.pt is whole (C2) and, as prepare_out checked, this run's, if it exists at all.
         # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
         remove_stale_temporaries(out)
-        raise Interrupted(epoch, saved=(out / "last.pt").exists()) from None
+        saved = (out / "last.pt").exists()
+        raise Interrupted(epoch, saved=saved, signum=stop_signal(err)) from None
     except OSError as err:  # a full disk, or --out removed during the run
         raise ConfigError(
             f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
@@ -650,6 +711,21 @@ def remove_empty_folders(folders: list[Path]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore = stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
+    try:
+        return run(argv)
+    except BrokenPipeError:  # stdout's reader went away outside the epochs: nothing to save
+        return output_closed()
+    finally:
+        restore()
+
+
+def tells_how_it_stopped() -> bool:
+    """One process: it always says how a stopped run ended."""
+    return True
+
+
+def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     flags = ("epochs", "device", "out", "seed", "progress", *DATA_FLAGS)
     overrides = args.overrides + [
@@ -680,7 +756,8 @@ def main(argv: list[str] | None = None) -> int:
         if have_matplotlib():  # an optional extra
             write_curves([out], out / "curves.png")
     except (ConfigError, DataError, CheckpointError, PlotError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        if not getattr(err, "told_by_rank_0", False):  # rank 0 printed it already (M5)
+            print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
     except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
@@ -691,11 +768,14 @@ def main(argv: list[str] | None = None) -> int:
             hint = f"resume with python -m {__package__}.train --resume {last}"
         else:
             hint = "no epoch was saved, so start the run again"
-        print(f"interrupted at epoch {err.epoch}; {hint}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        print("interrupted before training started; nothing was saved", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        if tells_how_it_stopped():
+            print(f"{stop_message(err.signum, err.epoch)}; {hint}", file=sys.stderr)
+        return 128 + err.signum  # EXIT_INTERRUPTED for Ctrl-C
+    except KeyboardInterrupt as err:
+        signum = stop_signal(err)
+        if tells_how_it_stopped():
+            print(f"{stop_message(signum, None)}; nothing was saved", file=sys.stderr)
+        return 128 + signum
     print(summary_line(result, seconds, cfg.out))
     return 0
 

@@ -113,7 +113,14 @@ def convert(key: str, value: typing.Any) -> typing.Any:
     base = str if optional else expected
     if isinstance(value, str) and base is not str:
         value = _parse(key, value, base)
-    if optional and value in ("", None):
+    if optional and isinstance(value, str) and value.strip() == "":
+        # What an unset shell variable gives (--data "$DATA"): never read as "unset", which
+        # would train on the built-in data without a word.
+        raise ConfigError(
+            f"{key} is empty (an unset shell variable?); give a value, or leave {key} out "
+            "for its default"
+        )
+    if optional and value is None:
         return None
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         try:

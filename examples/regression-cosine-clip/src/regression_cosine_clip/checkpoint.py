@@ -4,6 +4,7 @@ import os
 import re
 import secrets
 import shutil
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -45,6 +46,18 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None], fsync:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
+
+
+def output_closed() -> int:
+    """After a BrokenPipeError on stdout (`... | head` stopped reading): send what is left to
+    nowhere, so that Python's own flush at exit raises nothing more, and return the exit code
+    a shell gives a command that SIGPIPE ended."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OUTPUT_CLOSED
 
 
 def current_umask() -> int:

@@ -262,8 +262,8 @@ def _next_row(reader, path: Path) -> tuple[int, list[str] | None]:
 
 
 def read_folder(root: Path) -> tuple[list[str], list[str], tuple[list[str], list[str]] | None]:
-    """Texts and labels of DIR/<class>/*.txt, or of DIR/train and DIR/val (then also the
-    validation texts and labels, the fixed split)."""
+    """Texts and labels of the .txt files below DIR/<class>/ (at any depth), or of DIR/train
+    and DIR/val (then also the validation texts and labels, the fixed split)."""
     train, val = root / "train", root / "val"
     if train.is_dir() or val.is_dir():
         if not (train.is_dir() and val.is_dir()):
@@ -291,9 +291,8 @@ def _read_classes(root: Path) -> tuple[list[str], list[str]]:
     texts: list[str] = []
     labels: list[str] = []
     for folder in folders:
-        files = sorted(
-            p for p in folder.iterdir() if p.suffix.lower() in TEXT_SUFFIXES and p.is_file()
-        )
+        # Every .txt file below the class folder, as evaluate and predict read it.
+        files = _text_files(folder, required=False)
         if not files:
             raise DataError(f"{folder} holds no .txt files; every class needs documents")
         for path in files:

@@ -602,6 +602,226 @@ def test_tricky_correct_code_has_no_finding(name, tmp_path):
     assert [(f.line, f.code) for f in result.findings] == []
 
 
+# Issue 25: each cause of a false alarm or a miss seen on real repositories, as a pair made
+# from one template: {x} is the correct code's piece (first) or the bug's (second). The correct
+# one must give no finding with the default rules, the buggy one its code.
+REAL_WORLD = {
+    "a project decorator wrapping inference_mode (yolov5)": (
+        """
+import torch
+def smart_inference_mode():
+    def decorate(fn):
+        return torch.inference_mode()(fn)
+    return decorate
+{x}
+def run(model, loader):
+    model.eval()
+    return [model(x) for x, _ in loader]
+""",
+        ("@smart_inference_mode()", ""),
+        "SCF1001",
+    ),
+    "a helper under no_grad in another function (DINO, guided-diffusion)": (
+        """
+import torch
+{x}
+def extract_features(images, model):
+    return model(images)
+def main(model, blocks):
+    model.eval()
+    feats = []
+    for block in blocks:
+        feats.append(extract_features(block, model))
+    return feats
+""",
+        ("@torch.no_grad()", ""),
+        "SCF1001",
+    ),
+    "a half().float() round trip vs a layer replaced after the optimizer (yolov5)": (
+        """
+import torch
+def fit(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    {x}
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+""",
+        ("model.half().float()", "model.fc = torch.nn.Linear(4, 2)"),
+        "SCF101",
+    ),
+    "a partial p.grad = None does not hide a missing zero_grad (DINO)": (
+        """
+import torch
+def cancel_last_layer(model):
+    for n, p in model.named_parameters():
+        if "last_layer" in n:
+            p.grad = None
+def fit(model, optimizer, loader):
+    for x, y in loader:
+        {x}
+        model(x).sum().backward()
+        cancel_last_layer(model)
+        optimizer.step()
+""",
+        ("optimizer.zero_grad()", "pass"),
+        "SCF202",
+    ),
+    "cast() around a scaled loss (ignite)": (
+        """
+import torch
+from typing import cast
+def fit(model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = model(x).sum()
+        cast(torch.Tensor, {x}).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        ("scaler.scale(loss)", "loss"),
+        "SCF503",
+    ),
+    "StepLR counted in iterations through a local name (ignite)": (
+        """
+import torch
+def fit(model, optimizer, loader, config):
+    le = {x}
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=le, gamma=0.9)
+    for epoch in range(10):
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+            scheduler.step()
+""",
+        ('config["num_iters_per_epoch"]', "30"),
+        "SCF701",
+    ),
+    "set_epoch tied to the loop's own sampler": (
+        """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+def fit(model, optimizer, train_set, val_set, epochs):
+    train_sampler = DistributedSampler(train_set)
+    val_sampler = DistributedSampler(val_set, shuffle=True)
+    loader = DataLoader(train_set, sampler=train_sampler)
+    for epoch in range(epochs):
+        {x}.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        ("train_sampler", "val_sampler"),
+        "SCF1501",
+    ),
+    "a plateau scheduler fed the running training loss": (
+        """
+import torch
+def fit(model, optimizer, loader, val_loader, epochs):
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    for epoch in range(epochs):
+        model.train()
+        running_loss = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            running_loss += loss.item()
+        model.eval()
+        with torch.no_grad():
+            val_loss = sum(model(x).sum().item() for x, _ in val_loader)
+        scheduler.step({x})
+""",
+        ("val_loss", "running_loss"),
+        "SCF802",
+    ),
+    "a loss expression kept without a name": (
+        """
+import torch
+import torch.nn.functional as F
+def fit(model, optimizer, loader):
+    total = 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += {x}
+    return total
+""",
+        ("F.cross_entropy(model(x), y).item()", "F.cross_entropy(model(x), y)"),
+        "SCF1101",
+    ),
+    "a predictor whose model is never put in eval mode": (
+        """
+import torch
+class Predictor:
+    def __init__(self, path):
+        self.model = Net()
+        self.model.load_state_dict(torch.load(path, weights_only=True))
+        {x}
+    def run(self, loader):
+        outputs = []
+        with torch.inference_mode():
+            for x in loader:
+                outputs.append(self.model(x))
+        return outputs
+""",
+        ("self.model.eval()", "pass"),
+        "SCF1002",
+    ),
+    "an accumulated loss divided in the function that returns it (ignite)": (
+        """
+import torch
+def create_trainer(model, optimizer, criterion, k):
+    def forward_pass(x, y):
+        return {x}
+    def update(i, x, y):
+        loss = forward_pass(x, y)
+        loss.backward()
+        if i % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    return update
+def fit(update, loader):
+    for i, (x, y) in enumerate(loader):
+        update(i, x, y)
+""",
+        ("criterion(model(x), y) / k", "criterion(model(x), y)"),
+        "SCF1401",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL_WORLD))
+def test_real_world_causes_correct_and_buggy(name, tmp_path):
+    template, (good, bad), code = REAL_WORLD[name]
+    clean = findings_of(template.replace("{x}", good), tmp_path, "good.py")
+    assert clean == [], clean
+    buggy = findings_of(template.replace("{x}", bad), tmp_path, "bad.py")
+    assert code in {c for _, c in buggy}, buggy
+
+
+def test_model_named_eval_call_without_a_name_is_no_internal_error(tmp_path):
+    # yolov5 ModelEMA: `self.ema = deepcopy(model).eval()`, then a loop over its parameters
+    text = """
+import torch
+from copy import deepcopy
+class ModelEMA:
+    def __init__(self, model):
+        self.ema = deepcopy(model).eval()
+        print(deepcopy(model).eval())
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+"""
+    assert findings_of(text, tmp_path) == []
+
+
 def test_a_check_that_fails_is_one_line_and_the_others_still_run(tmp_path, monkeypatch):
     from scaffold.check import checks
 

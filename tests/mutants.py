@@ -331,8 +331,8 @@ def _failures(report: Path) -> dict[str, str]:
 # they can catch a mutant (RULE_TAG), and the correct rewrites of tests/equivalents.py must pass
 # them. The others name no rule, so they could never count as catching one, yet took most of
 # each run's time: the input probes and Ctrl-C/SIGKILL subprocesses (a broken loop runs them to
-# their timeouts), and test_training.py and test_overfit.py (20-epoch runs, long on the image
-# and text tasks). An equivalent's training is checked more strictly than they would: its
+# their timeouts), and test_training.py and test_overfit.py (runs of 10-20 epochs, long on the
+# image and text tasks). An equivalent's training is checked more strictly than they would: its
 # weights must equal the generated code's (tests/equivalents.py, training_fingerprint).
 LOOP_TESTS = (
     "tests/test_contract.py",

@@ -26,13 +26,8 @@ ALL = "probe or not probe"
 # (combination, test) -> a pattern of the failing assertion as pytest prints it. Left out of
 # that suite's run, and checked to fail still by test_a_known_failure_still_fails (which fails
 # once it is fixed, so this list stays true).
-_LEARNS = "tests/test_training.py::test_learns_the_synthetic_data"
 _TWO_PROCESSES = "tests/test_distributed.py::test_two_processes_end_where_one_process_ends"
 KNOWN_FAILURES = {
-    # Found 2026-12-02 (present at 18a528c too): with plateau_patience=0 the plateau schedule
-    # halves the learning rate after every epoch without a new best, and the image CNN under
-    # bf16 autocast ends 20 epochs at 0.53-0.54x its first training loss, not under 0.5x.
-    ("imacla-plateau-amp-noclip-es-noddp", _LEARNS): r"assert 0\.\d+ < \(0\.5 \* 1\.38\d*\)",
     # Found 2026-12-03 by the proof tier: on the text task with the plateau schedule, clipping
     # and early stopping, 2 gloo processes end 2.64e-04 from one process (tolerance 1e-5).
     # Reproduced alone, and on renders of 936362a and 3a555ce too (before issue 24's merge);

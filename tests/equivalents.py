@@ -365,8 +365,9 @@ def training_fingerprint(project: Path, package: str, isolation: str = "fork") -
         source = FINGERPRINT.format(package=package)
         if isolation == "fork":
             done = forkrun.POOL.run(
-                {"kind": "script", "cwd": str(project), "sys_path": ["src", "tests"], "source": source,
-                 "argv": [out], "log": f"{out}/fingerprint.log", "timeout": 600}
+                {"kind": "script", "cwd": str(project), "sys_path": ["src", "tests"],
+                 "source": source, "argv": [out], "log": f"{out}/fingerprint.log",
+                 "timeout": 600}
             )  # fmt: skip
             lines = done.get("output", "").strip().splitlines() or ["no output"]
             if not done.get("ok"):

@@ -26,14 +26,9 @@ ALL = "probe or not probe"
 # (combination, test) -> a pattern of the failing assertion as pytest prints it. Left out of
 # that suite's run, and checked to fail still by test_a_known_failure_still_fails (which fails
 # once it is fixed, so this list stays true).
-_TWO_PROCESSES = "tests/test_distributed.py::test_two_processes_end_where_one_process_ends"
-KNOWN_FAILURES = {
-    # Found 2026-12-03 by the proof tier: on the text task with the plateau schedule, clipping
-    # and early stopping, 2 gloo processes end 2.64e-04 from one process (tolerance 1e-5).
-    # Reproduced alone, and on renders of 936362a and 3a555ce too (before issue 24's merge);
-    # the proof run of 5572ef1 passed it. Not yet traced.
-    ("texcla-plateau-fp32-clip-es-ddp", _TWO_PROCESSES): r"M2: 2 processes end \d\.\d+e-0\d from 1",
-}  # fmt: skip
+# None now: the last two were fixed at their roots on 2026-12-03 (the image shapes' colouring,
+# the text task's two-process tolerance; see their task_cases.py).
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 # Generated tests that fail now and then, left out of the proof tier's suites on every
 # combination until fixed (a flaky test cannot be checked to fail still). Found 2026-12-03:
 # SIGTERM to torchrun, rank 0 sometimes says "no epoch was saved" and writes nothing when

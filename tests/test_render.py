@@ -93,7 +93,7 @@ def test_combo_ids_are_unique_and_make_valid_package_names():
     assert TASK_IDS["classification"] == "cla" and TASK_IDS["regression"] == "reg"
     ids = [combo_id(o) for o in COMBOS]
     assert len(set(ids)) == len(ids)
-    assert ids[0] == "cla-cosine-fp32-noclip-noes-noddp"
+    assert ids[0] == "cla-cosine-fp32-noclip-noes-noddp-noema"
     for options, name in zip(COMBOS, ids, strict=True):
         assert len(name.split("-")) == len(FACTORS), name
         assert re.fullmatch(r"proj_[a-z0-9_]+", package_of(options)), name  # or UsageError

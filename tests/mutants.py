@@ -112,8 +112,10 @@ def _ema(o: Options) -> bool:
 _OPT_STEP = "        optimizer.step()  # R3: update with this batch's gradients\n"
 _EMA_UPDATE = (
     "        if ema is not None:\n"
-    "            ema.update()  # E1: after the step, so the average takes in the weights it just wrote\n"
+    "            ema.update()  # E1: after the step, so the average takes in the weights it just"
+    " wrote\n"
 )
+_EMA_CALL = "            ema.update()\n"
 _SCALER_STEP = (
     "        scaler.step(optimizer)  # R5: skips the update when the gradients overflowed\n"
     "        scaler.update()\n"
@@ -216,7 +218,7 @@ MUTANTS = [
            lambda o: o.ema and not o.amp),
     Mutant("E1", "EMA updated before the scaler's step", "engine.py",
            (Edit("replace", _SCALER_STEP, ""),
-            Edit("replace", "            ema.update()\n", "            ema.update()\n" + _SCALER_STEP)),
+            Edit("replace", _EMA_CALL, _EMA_CALL + _SCALER_STEP)),
            lambda o: o.ema and o.amp),
     Mutant("E1", "EMA updated on the steps the scaler skipped", "engine.py",
            (Edit("replace", "not scaler.is_enabled() or applied_updates(optimizer) > ema.updates",

@@ -108,7 +108,9 @@ def measure(task: str, root: Path, quick: bool, repetitions: int) -> dict:
     }
 
 
-def write_report(results: dict, path: Path, command: str, repetitions: int) -> None:
+def write_report(
+    results: dict, path: Path, command: str, repetitions: int, load: tuple[float, float]
+) -> None:
     lines = [
         "# EMA of the weights: cost per training step on the CPU",
         "",
@@ -116,7 +118,8 @@ def write_report(results: dict, path: Path, command: str, repetitions: int) -> N
         f"{repetitions} repetitions, interleaved in a shuffled order.",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
         f"Python {platform.python_version()}; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads.",
+        f"{torch.get_num_threads()} threads. Load average (1 min) at the start and the end: "
+        f"{load[0]:.1f}, {load[1]:.1f} (other work on a shared machine widens the min-max).",
         "",
         "Each task's default model and data, in a project rendered with `--ema`. Speed ratio: "
         "train_one_epoch without the average / with it, in the same repetition (1.00: free; "
@@ -149,13 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repetitions = 1 if args.quick else args.repetitions
     command = shlex.join(["python", "benchmarks/ema_cost.py", *(argv or sys.argv[1:])])
-    results = {}
+    results, started = {}, os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for task in args.tasks:
             results[task] = measure(task, Path(tmp), args.quick, repetitions)
             print(f"{task}: done", flush=True)
     path = args.out / "ema_cost.md"
-    write_report(results, path, command, repetitions)
+    write_report(results, path, command, repetitions, (started, os.getloadavg()[0]))
     print(path.read_text())
     return 0
 

@@ -28,6 +28,7 @@ ALL = "probe or not probe"
 # once it is fixed, so this list stays true).
 _LEARNS = "tests/test_training.py::test_learns_the_synthetic_data"
 _TWO_PROCESSES = "tests/test_distributed.py::test_two_processes_end_where_one_process_ends"
+_R4 = "tests/test_contract.py::test_R4_each_update_uses_this_batch_gradients_clipped_to_max_norm"
 KNOWN_FAILURES = {
     # Found 2026-12-02 (present at 18a528c too): with plateau_patience=0 the plateau schedule
     # halves the learning rate after every epoch without a new best, and the image CNN under
@@ -39,6 +40,13 @@ KNOWN_FAILURES = {
     # the proof run of 5572ef1 passed it. Not yet traced.
     ("texcla-plateau-fp32-clip-es-ddp-noema", _TWO_PROCESSES):
         r"M2: 2 processes end \d\.\d+e-0\d from 1",
+    # Found 2026-12-03 when the ema switch joined the factors and the covering set changed:
+    # with seed 7 the image task's small model has no batch with a gradient norm above the
+    # contract run's max_grad_norm 0.5, so the R4 test cannot see clipping and says so. Not an
+    # EMA failure: the same combination rendered without --ema (byte-identical to a render of
+    # main) fails the same way. Fix: a lower max_grad_norm in the contract tests' small_config.
+    ("imacla-cosine-fp32-clip-noes-noddp-ema", _R4):
+        r"R4: no batch had a gradient norm above max_grad_norm 0\.5",
 }  # fmt: skip
 # Generated tests that fail now and then, left out of the proof tier's suites on every
 # combination until fixed (a flaky test cannot be checked to fail still). Found 2026-12-03:
@@ -67,7 +75,7 @@ def run_suite(project, marks: str | None, options=None):
 
 @pytest.mark.parametrize("options", ONE_PER_TASK, ids=combo_id)
 def test_generated_default_tier_passes_and_leaves_the_probes_out(render_combo, options):
-    summary = run_suite(render_combo(options).dest, None)
+    summary = run_suite(render_combo(options).dest, None, options)  # known failures left out
     # The probes are there, and left to `pytest -m probe`.
     assert " deselected" in summary, summary
 

@@ -234,6 +234,8 @@ def new(
         bool | None,
         typer.Option("--distributed/--no-distributed", help=_help("distributed")),
     ] = None,
+    ema: Annotated[bool | None, typer.Option("--ema/--no-ema", help=_help("ema"))] = None,
+    ema_decay: Annotated[float | None, typer.Option(help=_help("ema_decay"))] = None,
     seed: Annotated[int | None, typer.Option(help=_help("seed"))] = None,
     git: Annotated[
         bool,
@@ -296,6 +298,8 @@ def new(
         "early_stopping": early_stopping,
         "patience": patience,
         "distributed": distributed,
+        "ema": ema,
+        "ema_decay": ema_decay,
         "seed": seed,
     }
     _placed.clear()  # an earlier call in this process (a test run) placed its own project

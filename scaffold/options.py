@@ -173,6 +173,8 @@ class _Checks:
             parts.append(f"early stopping (patience {self.patience})")
         if self.distributed:
             parts.append("distributed (torchrun)")
+        if self.ema:
+            parts.append(f"EMA of the weights (decay {self.ema_decay})")
         return ", ".join(parts)
 
 

@@ -37,6 +37,7 @@ SEEDS = (0, 123, 7, 4294967295, 2024, 42, 31337, 1)
 MAX_GRAD_NORMS = (0.5, 1.0, 2.5, 5.0)
 PLATEAU_PATIENCES = (0, 1, 2)
 PATIENCE_MARGINS = (1, 2, 4)
+EMA_DECAYS = (0.999, 0.99, 0.9999, 0.9)
 
 
 def _numbers(index: int, scheduler: str) -> dict:
@@ -45,13 +46,14 @@ def _numbers(index: int, scheduler: str) -> dict:
     return {
         "seed": SEEDS[(index + index // 8) % len(SEEDS)],
         "max_grad_norm": MAX_GRAD_NORMS[(index // 4) % len(MAX_GRAD_NORMS)],
+        "ema_decay": EMA_DECAYS[(index // 2) % len(EMA_DECAYS)],
         "plateau_patience": plateau_patience,
         "patience": max(3, plateau_patience + margin) if scheduler == "plateau" else 2 + margin,
     }
 
 
 # The options that shape the loop: every question with choices (the task, the scheduler) and
-# every switch (AMP, clipping, early stopping, distributed), in copier.yml's order, with their
+# every switch (AMP, clipping, early stopping, distributed, EMA), in copier.yml's order, with their
 # values.
 # Read from the option definitions, so a new task or switch joins every product below.
 FACTORS = {
@@ -219,7 +221,7 @@ def pytest_collection_modifyitems(config, items):
 def combo_numbers(options: Options) -> str:
     """The numeric answers that shape the project, e.g. 'seed=0 patience=5'."""
     used = options.answers()
-    names = ("seed", "plateau_patience", "max_grad_norm", "patience")
+    names = ("seed", "plateau_patience", "max_grad_norm", "patience", "ema_decay")
     return " ".join(f"{name}={used[name]}" for name in names if name in used)
 
 

@@ -320,6 +320,11 @@ EQUIVALENTS = [
     Equivalent("cosine step before validation", "train.py",
                (Edit("move_before", "scheduler.step()", "val = evaluate("),),
                lambda o: o.scheduler == "cosine"),
+    Equivalent("EMA update as a lerp_ per tensor", "ema.py",
+               (Edit("replace", "torch._foreach_lerp_(self.averaged, self.current, 1.0 - decay)",
+                     "for average, current in zip(self.averaged, self.current, strict=True):\n"
+                     "            average.lerp_(current, 1.0 - decay)"),),
+               lambda o: o.ema),
 ]  # fmt: skip
 
 # The distributed option's loop is the one-process loop plus two sums over the processes (the

@@ -104,6 +104,24 @@ def _fp32(o: Options) -> bool:
     return not o.amp
 
 
+def _ema(o: Options) -> bool:
+    return o.ema
+
+
+# The optimizer step and the EMA update after it, as engine.py renders them.
+_OPT_STEP = "        optimizer.step()  # R3: update with this batch's gradients\n"
+_EMA_UPDATE = (
+    "        if ema is not None:\n"
+    "            ema.update()  # E1: after the step, so the average takes in the weights it just"
+    " wrote\n"
+)
+_EMA_CALL = "            ema.update()\n"
+_SCALER_STEP = (
+    "        scaler.step(optimizer)  # R5: skips the update when the gradients overflowed\n"
+    "        scaler.update()\n"
+)
+
+
 def _ddp(o: Options) -> bool:
     return o.distributed
 
@@ -190,10 +208,37 @@ MUTANTS = [
            (Edit("replace", 'stats["loss"] = loss.detach() * n', 'stats["loss"] = loss.detach()'),
             Edit("replace", "self.count += n", "self.count += 1"))),
     Mutant("R13", "last weights kept instead of the best", "train.py",
-           (Edit("delete", "model.load_state_dict(best_weights)"),),
+           (Edit("delete", ".load_state_dict(best_weights)"),),
            lambda o: o.early_stopping),
     Mutant("S1", "nothing seeded", "train.py",
            (Edit("delete", "seed_everything(cfg.seed, cfg.deterministic)"),)),
+    # The EMA of the weights (--ema), caught by the contract tests E1-E3.
+    Mutant("E1", "EMA updated before the optimizer step", "engine.py",
+           (Edit("replace", _OPT_STEP + _EMA_UPDATE, _EMA_UPDATE + _OPT_STEP),),
+           lambda o: o.ema and not o.amp),
+    Mutant("E1", "EMA updated before the scaler's step", "engine.py",
+           (Edit("replace", _SCALER_STEP, ""),
+            Edit("replace", _EMA_CALL, _EMA_CALL + _SCALER_STEP)),
+           lambda o: o.ema and o.amp),
+    Mutant("E1", "EMA updated on the steps the scaler skipped", "engine.py",
+           (Edit("replace", "not scaler.is_enabled() or applied_updates(optimizer) > ema.updates",
+                 "True"),), lambda o: o.ema and o.amp),
+    Mutant("E2", "validation on the trained weights, not their average", "train.py",
+           (Edit("replace", "evaluate(ema.module, val_batches", "evaluate(model, val_batches"),),
+           _ema),
+    Mutant("E2", "predict loads the trained weights, not their average", "predict.py",
+           (Edit("replace", 'self.model.load_state_dict(checkpoint["ema"]["weights"])',
+                 'self.model.load_state_dict(checkpoint["model"])'),), _ema),
+    Mutant("E3", "EMA state missing from the checkpoint", "train.py",
+           (Edit("delete", '"ema": ema.state_dict(),'),
+            Edit("delete", 'ema.load_state_dict(checkpoint["ema"])')),
+           lambda o: o.ema and not o.early_stopping),
+    Mutant("E3", "EMA state missing from the checkpoint", "train.py",
+           (Edit("delete", '"ema": ema.state_dict(),'),
+            Edit("delete", 'ema.load_state_dict(checkpoint["ema"])'),
+            Edit("replace", 'load_best(checkpoint, checkpoint_path)["ema"]["weights"]',
+                 'load_best(checkpoint, checkpoint_path)["model"]')),
+           lambda o: o.ema and o.early_stopping),
     # The image task's data rules, caught by its own tests/test_data.py.
     Mutant("D2", "small last training batch kept (BatchNorm)", "data.py",
            (Edit("replace", "if len(batches) > 1 and len(batches[-1]) < self.batch_size:",
@@ -456,7 +501,7 @@ def _label(names: list[str]) -> str:
     runs: dict[str, list[str]] = {}
     for name in names:
         base, _, param = name.removeprefix("test_").partition("[")
-        rules = re.match(r"((?:[RS]\d+_)+)", base)
+        rules = re.match(r"((?:[RSE]\d+_)+)", base)
         label = "contract " + rules.group(1).rstrip("_") if rules else base
         runs.setdefault(label, []).extend([param.rstrip("]")] if param else [])
     return "<br>".join(f"{k} ({', '.join(v)})" if v else k for k, v in runs.items())

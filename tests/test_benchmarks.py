@@ -95,6 +95,19 @@ def test_quick_tabular_benchmarks_read_and_train_a_mixed_table(tmp_path):
     assert "memory-mapped from a file in" in report and "predict on 5,000 new rows" in report
 
 
+def test_quick_ema_benchmark_writes_its_table(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/ema_cost.py", "--quick", "--out", str(tmp_path)], REPO, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "ema_cost.md").read_text()
+    assert "Command: `python benchmarks/ema_cost.py --quick --out " in table
+    number = r"-?\d+\.\d\d \(-?\d+\.\d\d--?\d+\.\d\d\)"
+    for task in TASKS:
+        row = rf"\| {re.escape(task)} \| [\d,]+ parameters in \d+ floating-point tensors; [^|]+"
+        assert re.search(row + rf"(\| {number} ){{4}}\| \d+\.\d%", table), task
+
+
 def test_quick_epoch_costs_benchmark_writes_its_table(tmp_path):
     result = run(
         [PYTHON, "benchmarks/epoch_costs.py", "--quick", "--out", str(tmp_path)],

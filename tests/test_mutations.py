@@ -21,11 +21,12 @@ def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
         "T2",
         "T3",
         *(f"M{i}" for i in range(1, 6)),
+        *(f"E{i}" for i in range(1, 4)),
     }
     for mutant in MUTANTS:
         assert any(mutant.applies(o) for o in COVERING), mutant.bug
     # Each switch that changes how rules are written is seen both on and off.
-    for name in ("amp", "clip", "early_stopping", "distributed"):
+    for name in ("amp", "clip", "early_stopping", "distributed", "ema"):
         assert {getattr(o, name) for o in COVERING} == {False, True}, name
     assert {o.scheduler for o in COVERING} == {"cosine", "plateau"}
     assert {o.task for o in COVERING} == set(TASKS)

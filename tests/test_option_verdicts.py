@@ -74,6 +74,14 @@ NUMBER_CASES = [
     ({"max_grad_norm": 0.5}, "applies only with"),
     ({"early_stopping": False, "patience": 3}, "applies only with"),
     ({"patience": 3}, "applies only with"),
+    ({"ema": True, "ema_decay": 0.5}, None),
+    ({"ema": True, "ema_decay": 0.9999}, None),
+    ({"ema": True, "ema_decay": 1.0}, "must be a number between 0 and 1"),
+    ({"ema": True, "ema_decay": 0.0}, "must be a number between 0 and 1"),
+    ({"ema": True, "ema_decay": math.nan}, "must be a number between 0 and 1"),
+    ({"ema": True, "ema_decay": -0.5}, "must be a number between 0 and 1"),
+    ({"ema": False, "ema_decay": 0.99}, "applies only with"),
+    ({"ema_decay": 0.99}, "applies only with"),
 ]
 
 

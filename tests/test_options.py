@@ -105,6 +105,10 @@ def test_long_names_are_shortened_in_the_message():
             Options(scheduler="plateau", early_stopping=True, patience=2, plateau_patience=2),
             "--patience 2: must be larger than the plateau patience (2)",
         ),
+        (Options(ema=True, ema_decay=1.0), "--ema-decay 1.0: must be a number between 0 and 1"),
+        (Options(ema=True, ema_decay=0.0), "--ema-decay 0.0: must be a number between 0 and 1"),
+        (Options(ema=True, ema_decay=math.nan), "--ema-decay nan: must be a number between"),
+        (Options(ema=True, ema_decay=-0.5), "--ema-decay -0.5: must be a number between 0 and 1"),
         (Options(task="segmentation"), "--task segmentation: must be one of classification"),
         (Options(seed="7"), "--seed 7: must be of type int"),
     ],
@@ -131,6 +135,9 @@ def test_as_a_setting_the_option_is_named_as_scaffold_update_set_writes_it():
         Options(scheduler="plateau", early_stopping=True, patience=3, plateau_patience=2),
         # A follow-up value whose switch is off is not used, so not checked (as in copier).
         Options(clip=False, max_grad_norm=math.nan),
+        Options(ema=False, ema_decay=2.0),
+        Options(ema=True, ema_decay=0.5),
+        Options(ema=True, ema_decay=0.99999),
         Options(scheduler="cosine", early_stopping=True, patience=1, plateau_patience=9),
     ],
 )
@@ -139,10 +146,10 @@ def test_boundary_values_are_accepted(options):
 
 
 def test_answers_carry_follow_up_values_only_when_switched_on():
-    basic = {"task", "scheduler", "amp", "clip", "early_stopping", "distributed", "seed"}
+    basic = {"task", "scheduler", "amp", "clip", "early_stopping", "distributed", "ema", "seed"}
     assert set(Options().answers()) == basic
-    full = Options(scheduler="plateau", clip=True, early_stopping=True).answers()
-    assert set(full) == basic | {"plateau_patience", "max_grad_norm", "patience"}
+    full = Options(scheduler="plateau", clip=True, early_stopping=True, ema=True).answers()
+    assert set(full) == basic | {"plateau_patience", "max_grad_norm", "patience", "ema_decay"}
 
 
 def test_patience_default_stays_above_the_plateau_patience():
@@ -155,11 +162,13 @@ def test_patience_default_stays_above_the_plateau_patience():
 
 def test_follow_up_flags_without_their_switch_are_named():
     given = {"scheduler": "cosine", "plateau_patience": 3, "patience": 4, "max_grad_norm": 2.0}
+    given["ema_decay"] = 0.99
     assert unused_flags(given, complete(given)) == [
         "--plateau-patience applies only with --scheduler plateau; "
         "add --scheduler plateau or drop --plateau-patience",
         "--max-grad-norm applies only with --clip; add --clip or drop --max-grad-norm",
         "--patience applies only with --early-stopping; add --early-stopping or drop --patience",
+        "--ema-decay applies only with --ema; add --ema or drop --ema-decay",
     ]
     assert unused_flags({"clip": True, "max_grad_norm": 2.0}, complete({"clip": True})) == []
 
@@ -182,6 +191,7 @@ def test_options_are_copier_questions_with_their_types_and_defaults():
     assert OPTIONS["plateau_patience"].parent == ("scheduler", "plateau")
     assert OPTIONS["max_grad_norm"].parent == ("clip", True)
     assert OPTIONS["patience"].parent == ("early_stopping", True)
+    assert OPTIONS["ema_decay"].parent == ("ema", True)
     assert SPEC["template_version"]["default"] == scaffold.__version__
 
 

@@ -93,7 +93,7 @@ def test_combo_ids_are_unique_and_make_valid_package_names():
     assert TASK_IDS["classification"] == "cla" and TASK_IDS["regression"] == "reg"
     ids = [combo_id(o) for o in COMBOS]
     assert len(set(ids)) == len(ids)
-    assert ids[0] == "cla-cosine-fp32-noclip-noes-noddp"
+    assert ids[0] == "cla-cosine-fp32-noclip-noes-noddp-noema"
     for options, name in zip(COMBOS, ids, strict=True):
         assert len(name.split("-")) == len(FACTORS), name
         assert re.fullmatch(r"proj_[a-z0-9_]+", package_of(options)), name  # or UsageError
@@ -238,8 +238,11 @@ def test_every_module_imports_and_every_test_file_collects(render_combo, options
     assert {p.removesuffix(".py") for p in TASK_UNIT} | {"interface"} <= set(report["modules"])
     # The project records the options it was rendered with; a resume checks them. Not
     # `distributed`: a checkpoint holds the same states with it and without it, so a run
-    # started as one project resumes in the other.
+    # started as one project resumes in the other. `ema` only when on: a project rendered
+    # without it is byte for byte what scaffold rendered before the option existed.
     recorded = {name: getattr(options, name) for name in FACTORS if name != "distributed"}
+    if not options.ema:
+        del recorded["ema"]
     assert report["project"] == {"package": package, **recorded}
     with_tests = {line.split("::")[0] for line in collected if "::" in line}
     test_files = {str(p.relative_to(project)) for p in (project / "tests").glob("test_*.py")}
@@ -299,6 +302,8 @@ def test_code_exists_only_for_the_chosen_options(render_combo, options):
     assert ("ReduceLROnPlateau" in train) == (options.scheduler == "plateau")
     assert ("CosineAnnealingLR" in train) == (options.scheduler == "cosine")
     assert ("epochs_without_improvement" in train) == options.early_stopping
+    assert ("WeightAverage" in train) == ("ema_decay" in config) == options.ema
+    assert (package / "ema.py").exists() == options.ema
     # No flags checked at run time for options that were decided at generation time.
     for word in ("use_amp", "if cfg.clip", "early_stopping:", "if cfg.scheduler"):
         assert word not in engine + train + config, word
@@ -313,6 +318,7 @@ def test_numeric_answers_land_in_the_config(render_combo, options):
     wanted = {name.split("=")[0]: name.split("=")[1] for name in combo_numbers(options).split()}
     assert "seed" in wanted
     kinds = {"seed": "int", "plateau_patience": "int", "patience": "int", "max_grad_norm": "float"}
+    kinds["ema_decay"] = "float"
     for name, value in wanted.items():
         assert re.search(rf"^    {name}: {kinds[name]} = {re.escape(value)}\b", config, re.M), name
 

@@ -53,6 +53,7 @@ def test_correct_loops_have_no_finding(unit):
 OPT_IN_FINDINGS = {
     "accumulation": {"SCF1201", "SCF3101"},
     "class_trainer": {"SCF3101"},
+    "ema_class_trainer": {"SCF3101"},
     "amp_flag": {"SCF3101"},
     "amp_resume": {"SCF3101"},
     "functions": {"SCF3101"},
@@ -203,6 +204,45 @@ def per_batch(line):
     return line.replace(".dataset)", ")", 1) if ".dataset)" in line else None
 
 
+def accumulating(lines) -> bool:
+    """Whether a file accumulates gradients: its loss is divided by the accumulation count."""
+    return tagged(lines, "divide") is not None
+
+
+def step_every_micro_batch(lines):
+    """The update lines (unscale_, clipping, step, the scaler's update) taken out of the
+    every-k-th `if` that holds [step], to just before it; zero_grad stays inside."""
+    at = tagged(lines, "step")
+    if at is None or not accumulating(lines):
+        return None
+    head = next(
+        (i for i in range(at - 1, -1, -1) if len(indent(lines[i])) < len(indent(lines[at]))), None
+    )
+    if head is None or not lines[head].lstrip().startswith("if "):
+        return None
+    moved = [
+        i
+        for i in range(head + 1, len(lines))
+        if any(tagged([lines[i]], t) == 0 for t in ("unscale", "clip", "step", "update"))
+        and len(indent(lines[i])) > len(indent(lines[head]))
+    ]
+    out = [indent(lines[head]) + lines[i].lstrip() for i in moved]
+    rest = [line for i, line in enumerate(lines) if i not in moved]
+    return rest[:head] + out + rest[head:]
+
+
+def compiled_saved(lines):
+    """`state = {"model": model.state_dict(), ...}` -> the compiled module's state dict."""
+    at, save = tagged(lines, "compile"), tagged(lines, "save")
+    if at is None or save is None:
+        return None
+    name = lines[at].split("=")[0].strip()
+    found = re.search(r"([\w.]+)\.state_dict\(\)", lines[save])
+    if found is None or found.group(1) == name:
+        return None
+    return edit(lines, "save", lambda line: line.replace(found.group(0), f"{name}.state_dict()", 1))
+
+
 def in_scope_of_loss(lines):
     """Whether the training step's loss is named `loss` in the function that steps the plateau."""
     at = tagged(lines, "plateau")
@@ -265,6 +305,15 @@ MUTATIONS = [
         "backward",
         lambda ls: edit(ls, "divide", undivided),
     ),
+    (
+        "zero_grad every micro-batch",
+        "SCF1402",
+        "zero",
+        lambda ls: move(ls, "zero", "backward", False) if accumulating(ls) else None,
+    ),
+    ("step every micro-batch", "SCF1403", "step", step_every_micro_batch),
+    ("EMA updated before the step", "SCF302", "ema", lambda ls: move(ls, "ema", "step", False)),
+    ("compiled module's state saved", "SCF2401", "save", compiled_saved),
     ("set_epoch removed", "SCF1501", "sampler", lambda ls: delete(ls, "setepoch")),
     ("seed removed", "SCF3101", "built", lambda ls: delete(ls, "seed")),
     ("loader generator removed", "SCF3201", "loader", lambda ls: delete(ls, "generator")),

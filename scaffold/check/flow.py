@@ -19,7 +19,15 @@ OPTIMIZERS = {
 PLATEAU = "ReduceLROnPlateau"
 # Schedulers whose length is counted in epochs unless their arguments say otherwise.
 EPOCH_SCHEDULERS = {"StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR"}
-SCHEDULERS = EPOCH_SCHEDULERS | {
+# Warm-up schedules of Transformers and Diffusers, whose lengths are counted in optimizer steps
+# by their API (num_warmup_steps, num_training_steps).
+WARMUP_FACTORIES = {
+    "get_linear_schedule_with_warmup", "get_cosine_schedule_with_warmup",
+    "get_constant_schedule_with_warmup", "get_polynomial_decay_schedule_with_warmup",
+    "get_cosine_with_hard_restarts_schedule_with_warmup", "get_inverse_sqrt_schedule",
+    "get_wsd_schedule",
+}  # fmt: skip
+SCHEDULERS = EPOCH_SCHEDULERS | WARMUP_FACTORIES | {
     PLATEAU, "OneCycleLR", "CyclicLR", "LambdaLR", "MultiplicativeLR", "LinearLR", "ConstantLR",
     "PolynomialLR", "CosineAnnealingWarmRestarts", "SequentialLR", "ChainedScheduler",
     "LRScheduler", "_LRScheduler",
@@ -35,7 +43,11 @@ SEEDS = {
     "manual_seed", "seed_all", "seed_everything", "set_seed", "set_random_seed", "fix_seed",
     "seed_torch",
 }  # fmt: skip
-TRACKED = OPTIMIZERS | SCHEDULERS | SCALERS | GENERATORS
+# The classes that keep an average of a model's weights: torch's AveragedModel, timm's ModelEma*,
+# yolov5's ModelEMA, ema_pytorch's EMA, torch_ema's ExponentialMovingAverage.
+EMA_CLASSES = {"AveragedModel", "ModelEma", "ModelEmaV2", "ModelEmaV3", "ModelEMA", "EMA",
+               "ExponentialMovingAverage", "EMAModel"}  # fmt: skip
+TRACKED = OPTIMIZERS | SCHEDULERS | SCALERS | GENERATORS | EMA_CLASSES
 CLIPS = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value"}
 # Methods that move a module or change its dtype.
 MOVES = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
@@ -46,6 +58,7 @@ BACKWARD_WRAPPERS = {"accelerator", "fabric", "engine"}
 ZERO, BACKWARD, UNSCALE, CLIP, STEP = "zero", "backward", "unscale", "clip", "step"
 SCHED_STEP, TRAIN_MODE, EVAL_MODE, PASS = "sched_step", "train", "eval", "pass"
 UPDATE = "update"  # scaler.update()
+EMA = "ema"  # ema.update(model), swa_model.update_parameters(model): an average of the weights
 EVALUATE = "evaluate"  # a loop that runs no training step: validation, test, inference
 SEED, BUILD = "seed", "build"  # torch's generator seeded; a model or an optimizer constructed
 
@@ -247,6 +260,8 @@ class Module:
         if name in TRACKED:
             return {name}
         target = self.resolve(call, Ctx(self.enclosing_function(call)))
+        if target is None and name == "get_scheduler" and _keywords(call, "num_training_steps"):
+            return {"LambdaLR"}  # transformers' and diffusers' get_scheduler: a LambdaLR in steps
         return set(self.returns.get(target, ())) if target else set()
 
     def learn_classes(self) -> None:
@@ -520,6 +535,9 @@ class Module:
             return Event(UNSCALE, call, key=key)
         if name == "update" and kind == "scaler":
             return Event(UPDATE, call, key=key)
+        averaged = bool(self.classes.get(raw or "", set()) & EMA_CLASSES) or _ema_like(raw)
+        if name == "update_parameters" or (name == "update" and averaged):
+            return Event(EMA, call, key=key)
         if name == "step":
             given = bool(call.args or call.keywords)
             if kind == "scaler":
@@ -805,6 +823,19 @@ def _builds_model(node: ast.Assign) -> bool:
         return False
     source = dotted(node.value.func) or ""
     return source.split(".")[0] != target.split(".")[0] and "load" not in source.lower()
+
+
+def _ema_like(key: str | None) -> bool:
+    """`ema`, `model_ema`, `self.ema_model`, `ema2`: a receiver named as an average of the
+    weights (`ema` as a word of the name, not `schema`)."""
+    if not key:
+        return False
+    words = key.rsplit(".", 1)[-1].lower().replace("-", "_").split("_")
+    return any(w.rstrip("0123456789") == "ema" for w in words)
+
+
+def _keywords(call: ast.Call, *names) -> bool:
+    return any(k.arg in names for k in call.keywords)
 
 
 def _uses_grad(node) -> bool:

@@ -24,7 +24,7 @@ RELEVANT_CALLS = (
     BACKWARD_CALLS
     | {"step", "zero_grad", "zero_", "unscale_", "update", "train"}
     | {"eval", "no_grad", "inference_mode", "set_grad_enabled", "autocast", "add_", "sub_"}
-    | {"addcdiv_", "addcmul_"}
+    | {"addcdiv_", "addcmul_", "update_parameters"}
     | CLIPS
     | OPTIMIZERS
     | SEEDS

@@ -1112,6 +1112,25 @@ def main(model, other):
     other = torch.compile(other)
     other.load_state_dict(model.state_dict())
 """,
+    "build-nanogpt: `if a and b:` evaluates only after `if a:` put the model in eval": """
+import torch
+def fit(model, optimizer, loader, val_batches, examples, steps, use_compile):
+    for step in range(steps):
+        if step % 250 == 0:
+            model.eval()
+            with torch.no_grad():
+                val = sum(model(x).sum().item() for x in val_batches)
+        if step % 250 == 0 and not use_compile:
+            hits = 0
+            for x in examples:
+                with torch.no_grad():
+                    hits += int(model(x).argmax() == 0)
+        model.train()
+        optimizer.zero_grad()
+        for x in loader:
+            model(x).sum().backward()
+        optimizer.step()
+""",
     "a warm-up counted in epochs, stepped per epoch": """
 import torch
 def fit(model, opt, loader, epochs, warmup_epochs=5):

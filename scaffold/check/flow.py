@@ -154,6 +154,28 @@ class Ctx:
         return key
 
 
+def _operands(test) -> tuple:
+    """("and" or "or", [(identity, sense)] of its operands) for a boolean test; else ("", [])."""
+    if isinstance(test, ast.BoolOp):
+        kind = "and" if isinstance(test.op, ast.And) else "or"
+        return kind, [condition(v) for v in test.values]
+    return "", []
+
+
+def _implied(test, parts, decisions: dict) -> bool | None:
+    """Whether a boolean test is decided by what a path already decided of its operands: an
+    `and` one of whose operands was false, an `or` one of whose operands was true."""
+    kind, values = parts
+    for text, sense in values:
+        if text in decisions:
+            value = decisions[text] == sense
+            if kind == "and" and not value:
+                return False
+            if kind == "or" and value:
+                return True
+    return None
+
+
 def condition(test) -> tuple[str, bool]:
     """A condition's identity and sense: `not x`, `x is None` and `x` test the same thing."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -446,10 +468,15 @@ class Module:
         remember = text in self.project.repeated_conditions
         branches = {}
         out = []
+        parts = _operands(node.test)
         for path in paths:
             if text in path.decisions:  # the same flag tested again takes the same branch
                 body = node.body if path.decisions[text] == sense else node.orelse
                 out += self.block(body, ctx, [path])
+                continue
+            known = _implied(node.test, parts, path.decisions)
+            if known is not None:  # `a and b` after `a` was false: the body cannot run
+                out += self.block(node.body if known else node.orelse, ctx, [path])
                 continue
             key = tuple(sorted(path.decisions.items()))
             if key not in branches:
@@ -460,6 +487,14 @@ class Module:
                     for branch, taken in ((yes, sense), (no, not sense)):
                         for p in branch:
                             p.decisions[text] = taken
+                # `if a and b:` taken: a and b each hold; `if a or b:` not taken: neither does
+                kind, values = parts
+                for branch, holds in ((yes, True), (no, False)):
+                    if (kind == "and" and holds) or (kind == "or" and not holds):
+                        for part, part_sense in values:
+                            if part in self.project.repeated_conditions:
+                                for p in branch:
+                                    p.decisions.setdefault(part, part_sense == holds)
                 branches[key] = yes + no
             read = branches[key]
             if all(not p.events and p.done is None for p in read):

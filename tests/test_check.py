@@ -891,6 +891,22 @@ def fit(model, opt, loader, accumulate, nb):
         ("            model.zero_grad()", "        model.zero_grad()"),
         "SCF1402",
     ),
+    "zero_grad in nanoGPT's micro-step loop": (
+        """
+import torch
+def fit(model, optimizer, get_batch, iters, k):
+    for it in range(iters):
+        for micro_step in range(k):
+            x, y = get_batch()
+{x}
+            loss = model(x, y) / k
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        ("            pass", "            optimizer.zero_grad(set_to_none=True)"),
+        "SCF1402",
+    ),
     "step every micro-batch, zero_grad every k-th": (
         """
 import torch

@@ -563,6 +563,24 @@ def accumulation_cadence(module: Module):
         zeros = [e for e in events if e.kind == ZERO and e.node in own]
         if not (backwards and steps and zeros):
             continue
+        # nanoGPT's micro-steps: backward() in a loop of its own that runs no step; a
+        # zero_grad() on every pass of that loop leaves the last micro-batch's gradients alone
+        micro = {}
+        for event in backwards:
+            inner = _inner_loop(module, event.node, unit.node)
+            if inner is not None and not any(e.node in set(module.project.nodes_of(inner))
+                                             for e in steps):  # fmt: skip
+                micro[inner] = True
+        flagged = False
+        for inner in micro:
+            for event in zeros:
+                if _always(module, event.node, inner) and not _between(unit, event.node):
+                    if any(_clears(module, event.key, e.key) for e in steps):
+                        yield event.node, "SCF1402"
+                        flagged = True
+                        break
+        if flagged:
+            continue
         if not any(_always(module, e.node, unit.node) for e in backwards):
             continue  # no backward() on every micro-batch: no accumulation here
         # Every optimizer steps every k-th micro-batch only: a GAN whose generator steps every
@@ -585,6 +603,16 @@ def accumulation_cadence(module: Module):
                     if _always(module, event.node, unit.node) and not _early(unit, event.node):
                         yield event.node, "SCF1403"
                         break
+
+
+def _inner_loop(module: Module, node, stop):
+    """The innermost loop a node runs in inside `stop`, if it sits in one there."""
+    for outer in module.ancestors(node, stop):
+        if isinstance(outer, FUNCTIONS):
+            return None
+        if isinstance(outer, LOOPS):
+            return outer
+    return None
 
 
 def _between(unit, node) -> bool:

@@ -586,6 +586,8 @@ def check(
     result = check_paths(targets, settings.select, settings.ignored)
     for problem in result.problems:
         typer.echo(f"error: {problem}", err=True)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
     if not result.files and not result.problems:  # a mistyped folder would pass silently
         typer.echo(f"warning: no Python file found in {', '.join(paths)}", err=True)
     if fix or diff:

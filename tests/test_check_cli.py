@@ -459,3 +459,27 @@ def test_loads_of_state_dicts_are_fixed(project):
     result = invoke("--fix", "loop.py")
     assert (result.exit_code, result.stdout) == (0, "fixed 1, 0 left in 1 file\n")
     assert "torch.load(p, map_location='cpu', weights_only=True)" in path.read_text()
+
+
+def test_imported_helpers_left_unchecked_are_named(project):
+    (project / "engine.py").write_text(
+        "def fit(model, opt, loader):\n    for x in loader:\n        opt.zero_grad()\n"
+        "        model(x).sum().backward()\n        opt.step()\n"
+    )
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "data.py").write_text("def loader():\n    return []\n")
+    (project / "train.py").write_text(
+        "import torch\nimport numpy as np\nfrom engine import fit\nfrom pkg.data import loader\n"
+        "fit(torch.nn.Linear(2, 1), None, loader())\n"
+    )
+    result = invoke("train.py")
+    assert result.exit_code == 0
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        "note: train.py imports engine.py, which was not checked: its helpers were not "
+        "followed (give it too, or its folder)",
+        "note: train.py imports pkg/data.py, which was not checked: its helpers were not "
+        "followed (give it too, or its folder)",
+    ]
+    assert invoke(".").stderr == ""  # everything checked: nothing to name

@@ -204,13 +204,11 @@ _RULES = [
     Rule(
         "SCF2301",
         "C3",
-        "torch.load() without weights_only: before torch 2.6 it unpickles anything, so a "
-        "crafted file runs code; from 2.6 it defaults to weights_only=True and fails on a file "
-        "holding pickled objects",
-        "pass weights_only=True for state dicts and tensors (--fix does where the result is only "
-        "used so); for a file holding other objects, allow their classes with "
-        "torch.serialization.add_safe_globals([...]), or pass weights_only=False for files you "
-        "trust",
+        "torch.load() without weights_only: before torch 2.6 it unpickles anything (a crafted "
+        "file runs code); from 2.6 it defaults to True and refuses pickled objects",
+        "pass weights_only=True for state dicts and tensors; for other objects, allow their "
+        "classes with torch.serialization.add_safe_globals([...]), or pass weights_only=False "
+        "for files you trust",
     ),
     Rule(
         "SCF2401",

@@ -423,6 +423,7 @@ class Injection:
 def inject(repo, path, bug, codes, *edits, scope=()):
     INJECTIONS.append(Injection(repo, path, edits, tuple(codes.split()), bug, scope))
 
+
 # Issue 27's rules (SCF302, SCF1402, SCF1403, SCF2401, warm-ups under SCF703), and the four
 # repositories added for them (ConvNeXt, build-nanogpt, denoising-diffusion-pytorch, litgpt).
 verdict(
@@ -878,9 +879,11 @@ inject(
     "warm-up schedule stepped per epoch",
     "SCF703",
     ("                lr_scheduler.step()\n", ""),
-    ("        model.eval()\n        for step, batch in enumerate(eval_dataloader):",
-     "        lr_scheduler.step()\n        model.eval()\n"
-     "        for step, batch in enumerate(eval_dataloader):"),
+    (
+        "        model.eval()\n        for step, batch in enumerate(eval_dataloader):",
+        "        lr_scheduler.step()\n        model.eval()\n"
+        "        for step, batch in enumerate(eval_dataloader):",
+    ),
     scope=("examples/nlp_example.py",),
 )
 inject(

@@ -3,7 +3,6 @@
 import ast
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -13,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from scaffold import cli
-from scaffold.check.files import noqa_lines
+from scaffold.check.files import noqa_lines, read_source
 from scaffold.check.rules import RULES
-from scaffold.check.run import check_paths
+from scaffold.check.run import check_paths, check_sources
 from tests.conftest import COVERING, REPO, combo_id
 
 CORPUS = Path(__file__).parent / "check_corpus"
@@ -1266,16 +1265,26 @@ def test_mutation_suite_bugs_in_generated_projects(render_combo, tmp_path, capsy
     outcomes, missed = {}, []
     for index, options in enumerate(COVERING):
         package = render_combo(options).dest / "src"
+        # Each file of the package parsed once; a mutant re-parses only the file it edits
+        # (written to a scratch file, read back under its own path), and the package is checked
+        # in process as one project, as `scaffold check src` reads it.
+        sources = {str(p): read_source(str(p)) for p in sorted(package.rglob("*.py"))}
         for mutant in (m for m in MUTANTS if m.applies(options)):
-            copy = tmp_path / f"{index}-{mutant.slug}"
-            shutil.copytree(package, copy)
-            (target,) = copy.glob(f"*/{mutant.file}")
+            (target,) = package.glob(f"*/{mutant.file}")
+            scratch = tmp_path / f"{index}-{mutant.slug}.py"
+            scratch.write_text(target.read_text())
             try:
                 for edit in mutant.edits:
-                    apply_edit(target, edit)
+                    apply_edit(scratch, edit)
             except MutationError:
                 continue  # not in this combination's code
-            codes = {f.code for f in check_paths([str(copy)], select=["ALL"]).findings}
+            mutated = read_source(str(scratch))
+            mutated.path = str(target)
+            files = [mutated if path == str(target) else src for path, src in sources.items()]
+            problems = []
+            found = check_sources(files, select=["ALL"], problems=problems)
+            assert not problems, problems
+            codes = {f.code for f in found}
             expected = ENGINE_MUTANTS.get(mutant.bug) or PARTLY.get(mutant.bug)
             found = expected in codes if expected else bool(codes)
             outcomes.setdefault((mutant.rule, mutant.bug), []).append(found)

@@ -33,9 +33,9 @@ from scaffold.check.setup_checks import (
 )
 from scaffold.check.step_checks import (
     accumulation_cadence,
-    ema_before_step,
     accumulation_without_division,
     autocast_around_update,
+    ema_before_step,
     loss_tensor_kept,
     optimizer_before_move,
     scaler_with_bf16,

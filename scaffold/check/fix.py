@@ -239,7 +239,9 @@ def _loads_only_tensors(tree: ast.Module, call: ast.Call, saved=()) -> None:
     if why != "name":
         raise NotFixable(NOT_SAFE.format(why=why))
     if saved:
-        raise NotFixable(NOT_SAFE.format(why=f"a checkpoint, and the checked files save {saved[0]}"))
+        raise NotFixable(
+            NOT_SAFE.format(why=f"a checkpoint, and the checked files save {saved[0]}")
+        )
     statement = parents[call]
     name = statement.targets[0].id
     scope = parents.get(statement)
@@ -349,7 +351,9 @@ def _value_use(parents: dict, node) -> str | None:
         if not keys:
             return "name" if isinstance(target, ast.Name) else "stored as an attribute"
         words = {
-            k.value.lower() for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            k.value.lower()
+            for k in keys
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
         }
         if not words or any(w.startswith(OBJECT_KEYS) or w.endswith(OBJECT_KEYS) for w in words):
             return f"read by key ({', '.join(sorted(words)) or 'a computed key'}) and kept"

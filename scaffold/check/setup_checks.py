@@ -223,9 +223,7 @@ def compiled_state_saved(module: Module):
                     continue
                 value = node.value
                 kind = _compiled_kind(module, value, compiled, wrapped)
-                conditional = any(
-                    isinstance(a, ast.If) for a in module.ancestors(node, scope)
-                )
+                conditional = any(isinstance(a, ast.If) for a in module.ancestors(node, scope))
                 if not conditional:
                     compiled.discard(key)
                     wrapped.discard(key)
@@ -265,7 +263,11 @@ def _compiled_kind(module: Module, value, compiled: set, wrapped: set) -> str | 
         return "compiled"
     if key in wrapped:
         return "wrapped"
-    if isinstance(value, ast.Attribute) and value.attr == "module" and dotted(value.value) in wrapped:
+    if (
+        isinstance(value, ast.Attribute)
+        and value.attr == "module"
+        and dotted(value.value) in wrapped
+    ):
         return "compiled"
     if (
         isinstance(value, ast.Call)
@@ -299,8 +301,11 @@ def _saved(module: Module, call, scope) -> bool:
     return any(
         isinstance(n, ast.Call)
         and _is_save(n)
-        and any(dotted(x) in held for a in [*n.args, *(k.value for k in n.keywords)]
-                for x in ast.walk(a))  # fmt: skip
+        and any(
+            dotted(x) in held
+            for a in [*n.args, *(k.value for k in n.keywords)]
+            for x in ast.walk(a)
+        )  # fmt: skip
         for n in module.project.nodes_of(scope)
     )
 

@@ -208,6 +208,7 @@ class Module:
         self._units = project.units
         self.functions: dict = {}  # module-level functions by name
         self.imports: dict = {}  # name -> (level, module, attribute or None)
+        self.import_nodes: list = []  # every import statement, in any scope
         self.classes: dict = {}  # key -> the set of classes assigned to it
         self.function_units: list = []
         self.loops_paths: dict = {}  # every loop of this file -> its paths
@@ -261,6 +262,7 @@ class Module:
 
     def _imported(self, node) -> None:
         """Record the names an import binds: `from .engine import fit as f` binds f."""
+        self.import_nodes.append(node)
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:

@@ -50,20 +50,21 @@ def check_paths(paths: list[str], select=(), ignore=()) -> Result:
     except OSError as err:  # a folder that cannot be listed
         result.problems.append(f"{err.filename}: cannot read: {err.strerror or err}")
     result.files = len(sources)
-    result.findings = check_sources(sources, select, ignore, result.problems)
-    result.notes = unchecked_imports(sources)
+    result.findings = check_sources(sources, select, ignore, result.problems, result.notes)
     return result
 
 
-def unchecked_imports(sources: list) -> list[str]:
+def unchecked_imports(modules: list) -> list[str]:
     """One line per local module the checked files import and that was not checked: a file
     beside the importer (or in a package above it, for a relative import, or below the current
     folder) that exists and was not given. Libraries (torch, timm) are never named."""
-    checked = {os.path.abspath(s.path) for s in sources}
+    checked = {os.path.abspath(m.path) for m in modules if m.path}
     missing = {}  # file -> the first checked file importing it
-    for source in sources:
-        here = os.path.dirname(os.path.abspath(source.path))
-        for node in ast.walk(source.tree):
+    for module in modules:
+        if not module.path:
+            continue
+        here = os.path.dirname(os.path.abspath(module.path))
+        for node in module.import_nodes:
             names = []
             if isinstance(node, ast.Import):
                 names = [(0, alias.name) for alias in node.names]
@@ -74,7 +75,7 @@ def unchecked_imports(sources: list) -> list[str]:
             for level, name in names:
                 found = _local_file(here, level, name)
                 if found and found not in checked:
-                    missing.setdefault(found, source.path)
+                    missing.setdefault(found, module.path)
     cwd = os.getcwd()
     return [
         f"{importer} imports {os.path.relpath(found, cwd)}, which was not checked: its helpers "
@@ -103,13 +104,16 @@ def _local_file(here: str, level: int, name: str) -> str | None:
     return None
 
 
-def check_sources(sources: list, select=(), ignore=(), problems=None) -> list[Finding]:
+def check_sources(sources: list, select=(), ignore=(), problems=None, notes=None) -> list[Finding]:
     """The findings in parsed files that are selected and not silenced by a noqa comment. A
     check that fails on a file (a bug of scaffold check) adds one line to `problems` and the
-    other checks still run."""
+    other checks still run. `notes`, when given, gets the local modules imported and not
+    checked (unchecked_imports)."""
     problems = [] if problems is None else problems
     project = Project()
     by_module = {project.add(source.tree, source.path): source for source in sources}
+    if notes is not None:
+        notes += unchecked_imports(project.modules)
     try:
         project.finish()
     except Exception as err:  # one line, not a traceback

@@ -199,16 +199,28 @@ def compiled_state_saved(module: Module):
     `torch.compile(m)`, to such a name, to its DDP wrapper's `.module`, or to either branch of an
     `x if c else y` of them; bound to anything else (`model._orig_mod`), it is no longer one.
     `model.compile()` compiles in place and keeps the keys."""
+    compiles = [call for call, _ in module.calls if _compiles(module, call)]
+    if not compiles:
+        return  # most files: nothing compiled, nothing to read in order
     class_compiled = {}
-    for node in module.nodes:
-        if isinstance(node, ast.Assign) and _compiled_kind(module, node.value, set(), set()):
-            function = module.enclosing_function(node)
-            cls = module.owner.get(module.method_of(function)) if function is not None else None
-            for target in node.targets:
-                key = dotted(target)
-                if cls is not None and key and key.startswith("self."):
-                    class_compiled.setdefault(cls, set()).add(key)
-    for scope in [module.tree, *module.function_nodes]:
+    scopes = set()
+    for call in compiles:
+        function = module.enclosing_function(call)
+        scopes.add(function if function is not None else module.tree)
+        node = module.parents.get(call)
+        if isinstance(node, ast.IfExp):
+            node = module.parents.get(node)
+        if not isinstance(node, ast.Assign):
+            continue
+        cls = module.owner.get(module.method_of(function)) if function is not None else None
+        for target in node.targets:
+            key = dotted(target)
+            if cls is not None and key and key.startswith("self."):
+                class_compiled.setdefault(cls, set()).add(key)
+                scopes.update(
+                    f for f in module.function_nodes if module.owner.get(module.method_of(f)) is cls
+                )
+    for scope in sorted(scopes, key=lambda s: getattr(s, "lineno", 0)):
         nodes = sorted(
             (n for n in module.project.nodes_of(scope) if hasattr(n, "lineno")),
             key=lambda n: (n.lineno, n.col_offset),

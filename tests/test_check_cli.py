@@ -431,7 +431,7 @@ LOADS = {
     "a checkpoint whose save holds a config (Swin)": (
         "def save(m, config, p):\n    torch.save({'model': m.state_dict(), 'config': config}, p)\n"
         "def load(m, p):\n    ckpt = torch.load(p)\n    m.load_state_dict(ckpt['model'])\n",
-        "save config",
+        "stores config",
     ),
 }
 

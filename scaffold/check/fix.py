@@ -45,7 +45,8 @@ def plan_fixes(findings: list[Finding]) -> list[FileFix]:
     """The fixes of every file with a fixable finding; nothing is written."""
     fixable = sorted(f for f in findings if f.code in FIXABLE)
     plans = []
-    # The saves of the other files with a finding: a checkpoint saved in one, loaded in another.
+    # The saves of the other files with a finding in the same folder: a checkpoint saved in one
+    # module (Swin's utils.py) and loaded in its neighbour.
     others = []
     for path in sorted({f.path for f in findings}):
         try:
@@ -55,7 +56,11 @@ def plan_fixes(findings: list[Finding]) -> list[FileFix]:
     for path, group in groupby(fixable, key=lambda f: f.path):
         group = list(group)
         try:
-            plans.append(_plan(path, group, [o for o in others if o[0] != path]))
+            here = os.path.dirname(os.path.abspath(path))
+            near = [
+                o for o in others if o[0] != path and os.path.dirname(os.path.abspath(o[0])) == here
+            ]
+            plans.append(_plan(path, group, near))
         except Unreadable:  # changed or gone since it was checked
             plans.append(
                 FileFix(path, "utf-8", "", "", left=[(f, "cannot read it again") for f in group])
@@ -230,18 +235,15 @@ OBJECT_KEYS = ("arg", "config", "cfg", "opt", "hyp", "hparam", "model", "net", "
 
 def _loads_only_tensors(tree: ast.Module, call: ast.Call, saved=()) -> None:
     """NotFixable unless the loaded value is only used as tensors and plain containers. A load
-    read by key (a checkpoint dict) is left too when `saved` names an object a save of the
-    checked files puts in a dict (Swin's `'config': config`): unread keys are unpickled too."""
+    read by key (a checkpoint dict) is left too when `saved` names an object a save beside it
+    puts in a dict (Swin's `'config': config`): unread keys are unpickled too."""
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     why = _value_use(parents, call)
     if why is None:
         return
     if why != "name":
         raise NotFixable(NOT_SAFE.format(why=why))
-    if saved:
-        raise NotFixable(
-            NOT_SAFE.format(why=f"a checkpoint, and the checked files save {saved[0]}")
-        )
+    keyed = False
     statement = parents[call]
     name = statement.targets[0].id
     scope = parents.get(statement)
@@ -257,6 +259,19 @@ def _loads_only_tensors(tree: ast.Module, call: ast.Call, saved=()) -> None:
                 why = None if target is None else f"copied to {target.targets[0].id}"
             if why is not None:
                 raise NotFixable(NOT_SAFE.format(why=why))
+            keyed = keyed or _by_key(parents, node)
+    # Handed whole to load_state_dict, the file is a state dict; read by key, it is a checkpoint
+    # dict whose other keys are unpickled too, and a save beside it may put objects there.
+    if keyed and saved:
+        why = f"a checkpoint, and a save beside it stores {saved[0]}"
+        raise NotFixable(NOT_SAFE.format(why=why))
+
+
+def _by_key(parents: dict, node) -> bool:
+    parent = parents.get(node)
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        return True
+    return isinstance(parent, ast.Attribute) and parent.attr in ("get", "pop", "items", "values")
 
 
 NUMBER_WORDS = ("epoch", "step", "iter", "acc", "loss", "best", "lr", "score", "metric", "arch")

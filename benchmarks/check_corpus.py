@@ -445,6 +445,16 @@ verdict(
     "compiled only when use_compile is set (False in the file, as compile broke its evals); set, "
     "the checkpoint keys carry `_orig_mod.` and nothing in the repository strips them",
 )
+verdict(
+    "karpathy+build-nanogpt",
+    "train_gpt2.py",
+    "SCF1002",
+    'for i, example in enumerate(iterate_examples("val")):',
+    F,
+    "before issue 27's session only: the HellaSwag block runs under `(step % 250 == 0 or "
+    "last_step) and ...`, which implies the validation block's `step % 250 == 0 or last_step` "
+    "that put the model in eval; an `if a and b:` after `if a:` is now read as implied",
+)
 
 INJECTIONS: list = []
 EX, NANO = "pytorch+examples", "karpathy+nanoGPT"

@@ -1146,6 +1146,21 @@ def fit(model, optimizer, loader, val_batches, examples, steps, use_compile):
             model(x).sum().backward()
         optimizer.step()
 """,
+    "a moving average of the loss updated before the step; a warm-up factory in epochs": """
+import torch
+from transformers import get_linear_schedule_with_warmup
+def fit(model, opt, loader, epochs, ema_loss, loss_ema):
+    scheduler = get_linear_schedule_with_warmup(opt, 1, epochs)
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            ema_loss.update(loss.item())
+            loss_ema.update(0.9)
+            opt.step()
+        scheduler.step()
+""",
     "a warm-up counted in epochs, stepped per epoch": """
 import torch
 def fit(model, opt, loader, epochs, warmup_epochs=5):

@@ -60,11 +60,27 @@ def _step_scheduler(module: Module, key: str | None) -> bool:
     schedule of len(loader) * epochs)."""
     calls = _scheduler_calls(module, key)
     return bool(calls) and all(
-        last_name(c) in ("OneCycleLR", "CyclicLR", *WARMUP_FACTORIES, "get_scheduler")
+        last_name(c) in ("OneCycleLR", "CyclicLR")
+        or (last_name(c) in (*WARMUP_FACTORIES, "get_scheduler") and not _in_epochs(c))
         or _counts_steps(c, module)
         or _lambda_in_steps(module, c)
         for c in calls
     )
+
+
+def _in_epochs(call: ast.Call) -> bool:
+    """Whether a warm-up factory is given lengths in epochs: names of epochs and no len() nor
+    names of steps (`get_linear_schedule_with_warmup(opt, warmup_epochs, epochs)` stepped once
+    an epoch is right)."""
+    words, counted = set(), False
+    for arg in [*call.args[1:], *(k.value for k in call.keywords if k.arg != "optimizer")]:
+        for node in ast.walk(arg):
+            if isinstance(node, ast.Call) and last_name(node) == "len":
+                counted = True
+            words.add((dotted(node) or "").rsplit(".", 1)[-1].lower())
+    if counted or any(s in w for w in words for s in STEP_WORDS):
+        return False
+    return any("epoch" in w for w in words)
 
 
 STEP_WORDS = ("step", "iter", "batch")

@@ -573,7 +573,7 @@ class Module:
         if name == "update" and kind == "scaler":
             return Event(UPDATE, call, key=key)
         averaged = bool(self.classes.get(raw or "", set()) & EMA_CLASSES) or _ema_like(raw)
-        if name == "update_parameters" or (name == "update" and averaged):
+        if name == "update_parameters" or (name == "update" and averaged and _of_weights(call)):
             return Event(EMA, call, key=key)
         if name == "step":
             given = bool(call.args or call.keywords)
@@ -869,6 +869,26 @@ def _ema_like(key: str | None) -> bool:
         return False
     words = key.rsplit(".", 1)[-1].lower().replace("-", "_").split("_")
     return any(w.rstrip("0123456789") == "ema" for w in words)
+
+
+# Words of an EMA of a value, not of the weights: ema_loss.update(loss.item()).
+VALUE_WORDS = ("loss", "acc", "metric", "score", "meter", "time", "speed", "norm", "value")
+
+
+def _of_weights(call: ast.Call) -> bool:
+    """Whether an `ema.update(...)` averages weights: not a running average of a logged value
+    (the receiver or an argument named like a loss or a metric, a number, `.item()`)."""
+    owner = dotted(call.func.value) if isinstance(call.func, ast.Attribute) else None
+    if any(w in (owner or "").rsplit(".", 1)[-1].lower() for w in VALUE_WORDS):
+        return False
+    for arg in [*call.args, *(k.value for k in call.keywords if k.arg != "step")]:
+        for node in ast.walk(arg):
+            if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+                return False
+            name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+            if name == "item" or any(w in name for w in VALUE_WORDS):
+                return False
+    return True
 
 
 def _keywords(call: ast.Call, *names) -> bool:

@@ -1075,6 +1075,19 @@ def fit(model, optimizer, get_batch, iters, gradient_accumulation_steps):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 """,
+    "per-task gradients harvested in an inner loop (PCGrad), one step after it": """
+import torch
+def fit(model, optimizer, loader, tasks):
+    for batch in loader:
+        grads = []
+        for task in tasks:
+            optimizer.zero_grad()
+            task(model, batch).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for p, *gs in zip(model.parameters(), *grads):
+            p.grad = sum(gs)
+        optimizer.step()
+""",
     "a WGAN: every batch trains the critic, every n-th the generator": """
 import torch
 def fit(netD, netG, loader, n_critic=5):

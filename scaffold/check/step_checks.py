@@ -568,8 +568,13 @@ def accumulation_cadence(module: Module):
         micro = {}
         for event in backwards:
             inner = _inner_loop(module, event.node, unit.node)
-            if inner is not None and not any(e.node in set(module.project.nodes_of(inner))
-                                             for e in steps):  # fmt: skip
+            if inner is None:
+                continue
+            body = set(module.project.nodes_of(inner))
+            # A loop that reads .grad on each pass harvests per-task gradients (PCGrad): its
+            # zero_grad() is how it separates them.
+            reads = any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in body)
+            if not reads and not any(e.node in body for e in steps):
                 micro[inner] = True
         flagged = False
         for inner in micro:

@@ -453,7 +453,10 @@ def _names_bf16(node) -> bool:
 
 
 def accumulation_without_division(module: Module):
-    """R14: the optimizer steps every k-th batch and each batch's loss is not divided by k."""
+    """R14: the optimizer steps every k-th batch and each batch's loss is not divided by k. Only
+    a remainder test counts as every k-th here: yolov5's `ni - last_opt_step >= accumulate`
+    sums losses that its loss function scales by the batch size, by design (tried for issue 27:
+    its pattern, copied without yolov5's `loss *= WORLD_SIZE`, was reported)."""
     for unit in module.steps():
         events = [e for p in unit.paths for e in p.events]
         steps = [e for e in events if e.kind == STEP]

@@ -1022,6 +1022,21 @@ def fit(model, opt, loader, epochs):
         ("            scheduler.step()", "        scheduler.step()"),
         "SCF703",
     ),
+    "a LinearLR warm-up over optimizer steps, stepped per update or per epoch": (
+        """
+import torch
+def fit(model, opt, loader, epochs, warmup_steps):
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.01, total_iters=warmup_steps)
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+{x}
+""",
+        ("            warm.step()", "        warm.step()"),
+        "SCF703",
+    ),
     "transformers' get_scheduler counted in steps, stepped per epoch": (
         """
 import torch

@@ -424,6 +424,38 @@ def inject(repo, path, bug, codes, *edits, scope=()):
     INJECTIONS.append(Injection(repo, path, edits, tuple(codes.split()), bug, scope))
 
 
+# Issue 27's rules (SCF302, SCF1402, SCF1403, SCF2401, warm-ups under SCF703), and the four
+# repositories added for them (ConvNeXt, build-nanogpt, denoising-diffusion-pytorch, litgpt).
+verdict(
+    "karpathy+nanoGPT",
+    "train.py",
+    "SCF2401",
+    "'model': raw_model.state_dict(),",
+    D,
+    "with compile=True (its default) raw_model is the compiled module: every key is saved with "
+    "`_orig_mod.`; nanoGPT's own loaders (train.py resume, sample.py) strip the prefix, any other "
+    "loader fails",
+)
+verdict(
+    "karpathy+build-nanogpt",
+    "train_gpt2.py",
+    "SCF2401",
+    "'model': raw_model.state_dict(),",
+    D,
+    "compiled only when use_compile is set (False in the file, as compile broke its evals); set, "
+    "the checkpoint keys carry `_orig_mod.` and nothing in the repository strips them",
+)
+verdict(
+    "karpathy+build-nanogpt",
+    "train_gpt2.py",
+    "SCF1002",
+    'for i, example in enumerate(iterate_examples("val")):',
+    F,
+    "before issue 27's session only: the HellaSwag block runs under `(step % 250 == 0 or "
+    "last_step) and ...`, which implies the validation block's `step % 250 == 0 or last_step` "
+    "that put the model in eval; an `if a and b:` after `if a:` is now read as implied",
+)
+
 INJECTIONS: list = []
 EX, NANO = "pytorch+examples", "karpathy+nanoGPT"
 DEIT, MAE = "facebookresearch+deit", "facebookresearch+mae"
@@ -768,6 +800,112 @@ inject(
         "        metric_logger.update(loss=loss_value)\n        min_lr",
         "        metric_logger.update(loss=loss)\n        min_lr",
     ),
+)
+
+
+# Issue 27's rules, injected the same way: each in the style of a real script that accumulates
+# gradients, keeps an EMA, compiles or warms up.
+YOLO, ACC = "ultralytics+yolov5", "huggingface+accelerate"
+inject(
+    DEIT,
+    "engine.py",
+    "EMA updated before the loss scaler's step",
+    "SCF302",
+    (
+        "        loss_scaler(loss, optimizer, clip_grad=max_norm,",
+        "        if model_ema is not None:\n            model_ema.update(model)\n"
+        "        loss_scaler(loss, optimizer, clip_grad=max_norm,",
+    ),
+)
+inject(
+    YOLO,
+    "train.py",
+    "EMA updated before the step (accumulation)",
+    "SCF302",
+    (
+        "                scaler.step(optimizer)  # optimizer.step\n",
+        "                if ema:\n                    ema.update(model)\n"
+        "                scaler.step(optimizer)  # optimizer.step\n",
+    ),
+    scope=("train.py",),
+)
+inject(
+    YOLO,
+    "train.py",
+    "zero_grad every micro-batch (accumulation)",
+    "SCF1402",
+    ("                optimizer.zero_grad()\n                if ema:", "                if ema:"),
+    (
+        "            # Forward\n            with smart_amp_autocast(amp):",
+        "            # Forward\n            optimizer.zero_grad()\n"
+        "            with smart_amp_autocast(amp):",
+    ),
+    scope=("train.py",),
+)
+inject(
+    MAE,
+    "engine_finetune.py",
+    "zero_grad every micro-batch (loss scaler)",
+    "SCF1402",
+    (
+        "        if (data_iter_step + 1) % accum_iter == 0:\n            optimizer.zero_grad()\n",
+        "        optimizer.zero_grad()\n",
+    ),
+)
+inject(
+    MAE,
+    "engine_finetune.py",
+    "step every micro-batch (loss scaler)",
+    "SCF1403",
+    ("update_grad=(data_iter_step + 1) % accum_iter == 0)", "update_grad=True)"),
+)
+inject(
+    NANO,
+    "train.py",
+    "zero_grad in the micro-step loop",
+    "SCF1402",
+    (
+        "    for micro_step in range(gradient_accumulation_steps):\n",
+        "    for micro_step in range(gradient_accumulation_steps):\n"
+        "        optimizer.zero_grad(set_to_none=True)\n",
+    ),
+)
+inject(
+    ACC,
+    "examples/nlp_example.py",
+    "step every micro-batch (accumulation)",
+    "SCF1403",
+    (
+        "            if step % gradient_accumulation_steps == 0:\n                optimizer.step()\n"
+        "                lr_scheduler.step()\n",
+        "            optimizer.step()\n            if step % gradient_accumulation_steps == 0:\n"
+        "                lr_scheduler.step()\n",
+    ),
+    scope=("examples/nlp_example.py",),
+)
+inject(
+    ACC,
+    "examples/nlp_example.py",
+    "warm-up schedule stepped per epoch",
+    "SCF703",
+    ("                lr_scheduler.step()\n", ""),
+    (
+        "        model.eval()\n        for step, batch in enumerate(eval_dataloader):",
+        "        lr_scheduler.step()\n        model.eval()\n"
+        "        for step, batch in enumerate(eval_dataloader):",
+    ),
+    scope=("examples/nlp_example.py",),
+)
+inject(
+    EX,
+    IMNET,
+    "compiled model's state dict saved",
+    "SCF2401",
+    (
+        "    else:\n        model.to(device)\n",
+        "    else:\n        model.to(device)\n    if args.compile:\n        model = torch.compile(model)\n",
+    ),
+    scope=IMNET_SCOPE,
 )
 
 

@@ -552,8 +552,9 @@ def check(
         bool,
         typer.Option(
             "--fix",
-            help="Fix in place what is unambiguous: weights_only=True on torch.load, a "
-            "zero_grad() line moved before backward(); report what is left.",
+            help="Fix in place what is unambiguous: weights_only=True on a torch.load whose "
+            "result is used as a state dict, a zero_grad() line moved before backward(); report "
+            "what is left, and why.",
         ),
     ] = False,
     diff: Annotated[
@@ -566,8 +567,10 @@ def check(
     Reports the loop-rule breaks that can be read from the source, through helpers in the files
     given (read together): zero_grad, backward, clipping and step out of order, AMP misuse,
     schedulers stepped at the wrong rate or fed the wrong value, eval mode left on or never set,
-    validation without no_grad, loss tensors kept, accumulation without dividing the loss,
-    DistributedSampler without set_epoch, torch.load without weights_only. Off unless selected
+    validation without no_grad, loss tensors kept, gradient accumulation (loss not divided,
+    zero_grad or step every micro-batch), an EMA updated before the step, a compiled module's
+    state dict saved, DistributedSampler without set_epoch, torch.load without weights_only.
+    Local modules the files import but that were not given are named. Off unless selected
     (--select ALL): per-batch epoch means (R12), no seed (S1), unseeded loader workers (S2). `#
     noqa: SCF201` at the end of a line silences that code there, a bare `# noqa` every code.
     Settings (select, ignore, extend-ignore, exclude) come from [tool.scaffold.check] in the
@@ -590,6 +593,8 @@ def check(
     result = check_paths(targets, settings.select, settings.ignored)
     for problem in result.problems:
         typer.echo(f"error: {problem}", err=True)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
     if not result.files and not result.problems:  # a mistyped folder would pass silently
         typer.echo(f"warning: no Python file found in {', '.join(paths)}", err=True)
     if fix or diff:

@@ -3,7 +3,6 @@
 import ast
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -13,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from scaffold import cli
-from scaffold.check.files import noqa_lines
+from scaffold.check.files import noqa_lines, read_source
 from scaffold.check.rules import RULES
-from scaffold.check.run import check_paths
+from scaffold.check.run import check_paths, check_sources
 from tests.conftest import COVERING, REPO, combo_id
 
 CORPUS = Path(__file__).parent / "check_corpus"
@@ -53,6 +52,7 @@ def test_correct_loops_have_no_finding(unit):
 OPT_IN_FINDINGS = {
     "accumulation": {"SCF1201", "SCF3101"},
     "class_trainer": {"SCF3101"},
+    "ema_class_trainer": {"SCF3101"},
     "amp_flag": {"SCF3101"},
     "amp_resume": {"SCF3101"},
     "functions": {"SCF3101"},
@@ -203,6 +203,45 @@ def per_batch(line):
     return line.replace(".dataset)", ")", 1) if ".dataset)" in line else None
 
 
+def accumulating(lines) -> bool:
+    """Whether a file accumulates gradients: its loss is divided by the accumulation count."""
+    return tagged(lines, "divide") is not None
+
+
+def step_every_micro_batch(lines):
+    """The update lines (unscale_, clipping, step, the scaler's update) taken out of the
+    every-k-th `if` that holds [step], to just before it; zero_grad stays inside."""
+    at = tagged(lines, "step")
+    if at is None or not accumulating(lines):
+        return None
+    head = next(
+        (i for i in range(at - 1, -1, -1) if len(indent(lines[i])) < len(indent(lines[at]))), None
+    )
+    if head is None or not lines[head].lstrip().startswith("if "):
+        return None
+    moved = [
+        i
+        for i in range(head + 1, len(lines))
+        if any(tagged([lines[i]], t) == 0 for t in ("unscale", "clip", "step", "update"))
+        and len(indent(lines[i])) > len(indent(lines[head]))
+    ]
+    out = [indent(lines[head]) + lines[i].lstrip() for i in moved]
+    rest = [line for i, line in enumerate(lines) if i not in moved]
+    return rest[:head] + out + rest[head:]
+
+
+def compiled_saved(lines):
+    """`state = {"model": model.state_dict(), ...}` -> the compiled module's state dict."""
+    at, save = tagged(lines, "compile"), tagged(lines, "save")
+    if at is None or save is None:
+        return None
+    name = lines[at].split("=")[0].strip()
+    found = re.search(r"([\w.]+)\.state_dict\(\)", lines[save])
+    if found is None or found.group(1) == name:
+        return None
+    return edit(lines, "save", lambda line: line.replace(found.group(0), f"{name}.state_dict()", 1))
+
+
 def in_scope_of_loss(lines):
     """Whether the training step's loss is named `loss` in the function that steps the plateau."""
     at = tagged(lines, "plateau")
@@ -265,6 +304,15 @@ MUTATIONS = [
         "backward",
         lambda ls: edit(ls, "divide", undivided),
     ),
+    (
+        "zero_grad every micro-batch",
+        "SCF1402",
+        "zero",
+        lambda ls: move(ls, "zero", "backward", False) if accumulating(ls) else None,
+    ),
+    ("step every micro-batch", "SCF1403", "step", step_every_micro_batch),
+    ("EMA updated before the step", "SCF302", "ema", lambda ls: move(ls, "ema", "step", False)),
+    ("compiled module's state saved", "SCF2401", "save", compiled_saved),
     ("set_epoch removed", "SCF1501", "sampler", lambda ls: delete(ls, "setepoch")),
     ("seed removed", "SCF3101", "built", lambda ls: delete(ls, "seed")),
     ("loader generator removed", "SCF3201", "loader", lambda ls: delete(ls, "generator")),
@@ -807,6 +855,361 @@ def test_real_world_causes_correct_and_buggy(name, tmp_path):
     assert code in {c for _, c in buggy}, buggy
 
 
+# Issue 27: the rules its options make visible. Each pair is one template: {x} is the correct
+# code's piece (first) or the bug's (second); the correct one gives no finding with the default
+# rules, the buggy one its code.
+ISSUE27 = {
+    "zero_grad at the top of every micro-batch": (
+        """
+import torch
+def fit(model, opt, loader, k=4):
+    for i, (x, y) in enumerate(loader):
+{x}
+        loss = torch.nn.functional.mse_loss(model(x), y) / k
+        loss.backward()
+        if (i + 1) % k == 0:
+            opt.step()
+            opt.zero_grad()
+""",
+        ("        pass", "        opt.zero_grad()"),
+        "SCF1402",
+    ),
+    "zero_grad every micro-batch after the update (yolov5's condition)": (
+        """
+import torch
+def fit(model, opt, loader, accumulate, nb):
+    last_opt_step = -1
+    for i, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if i - last_opt_step >= accumulate:
+            opt.step()
+            last_opt_step = i
+{x}
+""",
+        ("            model.zero_grad()", "        model.zero_grad()"),
+        "SCF1402",
+    ),
+    "zero_grad in nanoGPT's micro-step loop": (
+        """
+import torch
+def fit(model, optimizer, get_batch, iters, k):
+    for it in range(iters):
+        for micro_step in range(k):
+            x, y = get_batch()
+{x}
+            loss = model(x, y) / k
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        ("            pass", "            optimizer.zero_grad(set_to_none=True)"),
+        "SCF1402",
+    ),
+    "step every micro-batch, zero_grad every k-th": (
+        """
+import torch
+def fit(model, opt, loader, k=4):
+    for i, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(x), y) / k
+        loss.backward()
+{x}
+        if (i + 1) % k == 0:
+            opt.zero_grad()
+""",
+        ("        if (i + 1) % k == 0:\n            opt.step()", "        opt.step()"),
+        "SCF1403",
+    ),
+    "EMA updated after the step, or before it": (
+        """
+import torch
+def fit(model, ema, opt, loader):
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        {x}
+""",
+        ("opt.step()\n        ema.update(model)", "ema.update(model)\n        opt.step()"),
+        "SCF302",
+    ),
+    "AveragedModel.update_parameters after the loss scaler's step (DeiT, MAE)": (
+        """
+import torch
+from torch.optim.swa_utils import AveragedModel
+def train_one_epoch(model, criterion, loader, optimizer, loss_scaler):
+    averaged = AveragedModel(model)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        {x}
+""",
+        (
+            "loss_scaler(loss, optimizer, parameters=model.parameters())\n"
+            "        averaged.update_parameters(model)",
+            "averaged.update_parameters(model)\n"
+            "        loss_scaler(loss, optimizer, parameters=model.parameters())",
+        ),
+        "SCF302",
+    ),
+    "a compiled module's state dict saved (nanoGPT's raw_model)": (
+        """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+def main(model, ddp, compile, path):
+    if compile:
+        unoptimized_model = model
+        model = torch.compile(model)
+    if ddp:
+        model = DDP(model)
+    raw_model = model.module if ddp else model
+    checkpoint = {"model": {x}.state_dict()}
+    torch.save(checkpoint, path)
+""",
+        ("getattr(raw_model, '_orig_mod', raw_model)", "raw_model"),
+        "SCF2401",
+    ),
+    "a compiled module's state dict saved, the original kept": (
+        """
+import torch
+def main(model, path):
+    compiled = torch.compile(model)
+    torch.save({x}.state_dict(), path)
+""",
+        ("model", "compiled"),
+        "SCF2401",
+    ),
+    "a compiled module's state dict saved, unwrapped again": (
+        """
+import torch
+def main(model, path):
+    model = torch.compile(model)
+    {x}
+    torch.save(model.state_dict(), path)
+""",
+        ("model = model._orig_mod", "pass"),
+        "SCF2401",
+    ),
+    "a warm-up of transformers stepped per update, or per epoch": (
+        """
+import torch
+from transformers import get_linear_schedule_with_warmup
+def fit(model, opt, loader, epochs):
+    scheduler = get_linear_schedule_with_warmup(opt, 100, epochs * len(loader))
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+{x}
+""",
+        ("            scheduler.step()", "        scheduler.step()"),
+        "SCF703",
+    ),
+    "a LambdaLR warm-up in steps, stepped per update or per epoch": (
+        """
+import torch
+def warmup(step, warmup_steps=500):
+    return min(1.0, (step + 1) / warmup_steps)
+def fit(model, opt, loader, epochs):
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, warmup)
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+{x}
+""",
+        ("            scheduler.step()", "        scheduler.step()"),
+        "SCF703",
+    ),
+    "a LinearLR warm-up over optimizer steps, stepped per update or per epoch": (
+        """
+import torch
+def fit(model, opt, loader, epochs, warmup_steps):
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.01, total_iters=warmup_steps)
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+{x}
+""",
+        ("            warm.step()", "        warm.step()"),
+        "SCF703",
+    ),
+    "transformers' get_scheduler counted in steps, stepped per epoch": (
+        """
+import torch
+from transformers import get_scheduler
+def fit(model, opt, loader, epochs):
+    scheduler = get_scheduler(
+        "cosine", optimizer=opt, num_warmup_steps=100, num_training_steps=epochs * len(loader)
+    )
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+{x}
+""",
+        ("            scheduler.step()", "        scheduler.step()"),
+        "SCF703",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ISSUE27))
+def test_issue27_rules_correct_and_buggy(name, tmp_path):
+    template, (good, bad), code = ISSUE27[name]
+    clean = findings_of(template.replace("{x}", good), tmp_path, "good.py")
+    assert clean == [], clean
+    buggy = findings_of(template.replace("{x}", bad), tmp_path, "bad.py")
+    assert code in {c for _, c in buggy}, buggy
+
+
+# Correct code, seen in real projects, that looks like one of issue 27's bugs.
+ISSUE27_LOOKALIKES = {
+    "Accelerate's accumulate(): zero_grad and step written every micro-batch": """
+import torch
+def fit(accelerator, model, opt, loader):
+    for x, y in loader:
+        with accelerator.accumulate(model):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+""",
+    "nanoGPT's micro-steps: backward in an inner loop, one step after it": """
+import torch
+def fit(model, optimizer, get_batch, iters, gradient_accumulation_steps):
+    for it in range(iters):
+        for micro_step in range(gradient_accumulation_steps):
+            x, y = get_batch()
+            loss = model(x, y) / gradient_accumulation_steps
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+""",
+    "per-task gradients harvested in an inner loop (PCGrad), one step after it": """
+import torch
+def fit(model, optimizer, loader, tasks):
+    for batch in loader:
+        grads = []
+        for task in tasks:
+            optimizer.zero_grad()
+            task(model, batch).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for p, *gs in zip(model.parameters(), *grads):
+            p.grad = sum(gs)
+        optimizer.step()
+""",
+    "a WGAN: every batch trains the critic, every n-th the generator": """
+import torch
+def fit(netD, netG, loader, n_critic=5):
+    optD = torch.optim.RMSprop(netD.parameters(), lr=5e-5)
+    optG = torch.optim.RMSprop(netG.parameters(), lr=5e-5)
+    for i, (real, z) in enumerate(loader):
+        netD.zero_grad()
+        lossD = netD(netG(z).detach()).mean() - netD(real).mean()
+        lossD.backward()
+        optD.step()
+        if i % n_critic == 0:
+            netG.zero_grad()
+            lossG = -netD(netG(z)).mean()
+            lossG.backward()
+            optG.step()
+""",
+    "MAE's accumulation through the loss scaler's update_grad": """
+import torch
+def train_one_epoch(model, loader, optimizer, loss_scaler, accum_iter, model_ema):
+    optimizer.zero_grad()
+    for step, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.cross_entropy(model(x), y) / accum_iter
+        loss_scaler(loss, optimizer, parameters=model.parameters(),
+                    update_grad=(step + 1) % accum_iter == 0)
+        if (step + 1) % accum_iter == 0:
+            optimizer.zero_grad()
+            model_ema.update(model)
+""",
+    "an EMA updated per epoch, after the batch loop; a schema updated before the step": """
+import torch
+def fit(model, ema, schema, opt, loader, epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            schema.update(x)
+            opt.step()
+        ema.update(model)
+""",
+    "Module.compile() compiles in place: the keys stay": """
+import torch
+def main(model, path):
+    model.compile()
+    torch.save(model.state_dict(), path)
+""",
+    "a compiled module's state dict copied into another compiled module, not saved": """
+import torch
+def main(model, other):
+    model = torch.compile(model)
+    other = torch.compile(other)
+    other.load_state_dict(model.state_dict())
+""",
+    "build-nanogpt: `if a and b:` evaluates only after `if a:` put the model in eval": """
+import torch
+def fit(model, optimizer, loader, val_batches, examples, steps, use_compile):
+    for step in range(steps):
+        if step % 250 == 0:
+            model.eval()
+            with torch.no_grad():
+                val = sum(model(x).sum().item() for x in val_batches)
+        if step % 250 == 0 and not use_compile:
+            hits = 0
+            for x in examples:
+                with torch.no_grad():
+                    hits += int(model(x).argmax() == 0)
+        model.train()
+        optimizer.zero_grad()
+        for x in loader:
+            model(x).sum().backward()
+        optimizer.step()
+""",
+    "a moving average of the loss updated before the step; a warm-up factory in epochs": """
+import torch
+from transformers import get_linear_schedule_with_warmup
+def fit(model, opt, loader, epochs, ema_loss, loss_ema):
+    scheduler = get_linear_schedule_with_warmup(opt, 1, epochs)
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            ema_loss.update(loss.item())
+            loss_ema.update(0.9)
+            opt.step()
+        scheduler.step()
+""",
+    "a warm-up counted in epochs, stepped per epoch": """
+import torch
+def fit(model, opt, loader, epochs, warmup_epochs=5):
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=warmup_epochs)
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.95 ** epoch)
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        warm.step()
+        decay.step()
+""",
+}
+
+
+@pytest.mark.parametrize("name", list(ISSUE27_LOOKALIKES))
+def test_issue27_lookalikes_have_no_finding(name, tmp_path):
+    assert findings_of(ISSUE27_LOOKALIKES[name], tmp_path) == []
+
+
 def test_model_named_eval_call_without_a_name_is_no_internal_error(tmp_path):
     # yolov5 ModelEMA: `self.ema = deepcopy(model).eval()`, then a loop over its parameters
     text = """
@@ -905,16 +1308,26 @@ def test_mutation_suite_bugs_in_generated_projects(render_combo, tmp_path, capsy
     outcomes, missed = {}, []
     for index, options in enumerate(COVERING):
         package = render_combo(options).dest / "src"
+        # Each file of the package parsed once; a mutant re-parses only the file it edits
+        # (written to a scratch file, read back under its own path), and the package is checked
+        # in process as one project, as `scaffold check src` reads it.
+        sources = {str(p): read_source(str(p)) for p in sorted(package.rglob("*.py"))}
         for mutant in (m for m in MUTANTS if m.applies(options)):
-            copy = tmp_path / f"{index}-{mutant.slug}"
-            shutil.copytree(package, copy)
-            (target,) = copy.glob(f"*/{mutant.file}")
+            (target,) = package.glob(f"*/{mutant.file}")
+            scratch = tmp_path / f"{index}-{mutant.slug}.py"
+            scratch.write_text(target.read_text())
             try:
                 for edit in mutant.edits:
-                    apply_edit(target, edit)
+                    apply_edit(scratch, edit)
             except MutationError:
                 continue  # not in this combination's code
-            codes = {f.code for f in check_paths([str(copy)], select=["ALL"]).findings}
+            mutated = read_source(str(scratch))
+            mutated.path = str(target)
+            files = [mutated if path == str(target) else src for path, src in sources.items()]
+            problems = []
+            found = check_sources(files, select=["ALL"], problems=problems)
+            assert not problems, problems
+            codes = {f.code for f in found}
             expected = ENGINE_MUTANTS.get(mutant.bug) or PARTLY.get(mutant.bug)
             found = expected in codes if expected else bool(codes)
             outcomes.setdefault((mutant.rule, mutant.bug), []).append(found)

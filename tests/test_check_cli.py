@@ -32,7 +32,8 @@ def fit(model, opt, loader):
         "m.pt",
         map_location="cpu",
     )
-    return torch.load("last.pt"), state
+    opt.load_state_dict(state)
+    model.load_state_dict(torch.load("last.pt"))
 """
 
 FIXED = """import torch
@@ -49,7 +50,8 @@ def fit(model, opt, loader):
         map_location="cpu",
         weights_only=True,
     )
-    return torch.load("last.pt", weights_only=True), state
+    opt.load_state_dict(state)
+    model.load_state_dict(torch.load("last.pt", weights_only=True))
 """
 
 CLEAN = "import torch\n\nstate = torch.load('m.pt', weights_only=True)\n"
@@ -238,14 +240,14 @@ def test_fix_keeps_line_endings_and_trailing_commas(project):
     assert invoke("--fix", "loop.py").exit_code == 0
     assert path.read_bytes() == FIXED.replace("\n", "\r\n").encode()
     path.write_text(
-        "import torch\n\na = torch.load('a.pt',)\nb = torch.load(\n    ('b.pt')  # why\n)\n"
-        "c = torch.load(\n    'c.pt', map_location='cpu')\n"
+        "import torch\n\nm.load_state_dict(torch.load('a.pt',))\nm.load_state_dict(torch.load(\n"
+        "    ('b.pt')  # why\n))\nm.load_state_dict(torch.load(\n    'c.pt', map_location='cpu'))\n"
     )
     assert invoke("--fix", "loop.py").stdout == "fixed 3, 0 left in 1 file\n"
     assert path.read_text() == (
-        "import torch\n\na = torch.load('a.pt', weights_only=True,)\nb = torch.load(\n"
-        "    ('b.pt'),  # why\n    weights_only=True,\n)\n"
-        "c = torch.load(\n    'c.pt', map_location='cpu', weights_only=True)\n"
+        "import torch\n\nm.load_state_dict(torch.load('a.pt', weights_only=True,))\n"
+        "m.load_state_dict(torch.load(\n    ('b.pt'),  # why\n    weights_only=True,\n))\n"
+        "m.load_state_dict(torch.load(\n    'c.pt', map_location='cpu', weights_only=True))\n"
     )
 
 
@@ -312,7 +314,7 @@ def test_diff_prints_the_fixes_and_changes_nothing(project):
     assert result.exit_code == 1
     assert result.stdout.startswith("--- loop.py\n+++ loop.py\n@@ ")
     assert "+        opt.zero_grad()  # fresh gradients for the next batch\n" in result.stdout
-    assert '+    return torch.load("last.pt", weights_only=True), state\n' in result.stdout
+    assert '+    model.load_state_dict(torch.load("last.pt", weights_only=True))\n' in result.stdout
     assert result.stderr == "would fix 3, 0 left\n"
     assert path.read_text() == BUGGY
     (project / "ok.py").write_text(CLEAN)
@@ -322,11 +324,11 @@ def test_diff_prints_the_fixes_and_changes_nothing(project):
 
 def test_noqa_and_ignored_findings_are_not_fixed(project):
     path = project / "loop.py"
-    path.write_text(BUGGY.replace('"last.pt")', '"last.pt")  # noqa: SCF2301'))
+    path.write_text(BUGGY.replace('"last.pt"))', '"last.pt"))  # noqa: SCF2301'))
     result = invoke("--fix", "--ignore", "R2", "loop.py")
     assert result.stdout == "fixed 1, 0 left in 1 file\n"
     text = path.read_text()
-    assert 'torch.load("last.pt")  # noqa' in text and "loss.backward()\n        opt.zero" in text
+    assert 'torch.load("last.pt"))  # noqa' in text and "loss.backward()\n        opt.zero" in text
 
 
 def test_a_fix_that_would_not_parse_is_not_written(project, monkeypatch):
@@ -412,3 +414,72 @@ def test_a_folder_without_python_files_warns_and_exits_0(tmp_path):
     result = CliRunner().invoke(cli.app, ["check", str(tmp_path)])
     assert result.exit_code == 0
     assert result.stderr.strip() == f"warning: no Python file found in {tmp_path}"
+
+
+# Issue 25: --fix adds weights_only=True only where the loaded value is used as a state dict;
+# a file holding pickled objects (a whole model, an argparse.Namespace, a config) would then
+# raise UnpicklingError, so those loads are left, with what to do on each torch version.
+LOADS = {
+    "a whole model": ("def f(p):\n    model = torch.load(p)\n    model.eval()\n", ".eval"),
+    "a Namespace read by key": (
+        "def f(p, m):\n    ckpt = torch.load(p)\n    m.load_state_dict(ckpt['model'])\n"
+        "    args = ckpt['args']\n",
+        "read by key (args)",
+    ),
+    "a module-level name": ("model = torch.load('m.pt')\n", "module-level name"),
+    "returned": ("def f(p):\n    return torch.load(p)\n", "returned"),
+    "a checkpoint whose save holds a config (Swin)": (
+        "def save(m, config, p):\n    torch.save({'model': m.state_dict(), 'config': config}, p)\n"
+        "def load(m, p):\n    ckpt = torch.load(p)\n    m.load_state_dict(ckpt['model'])\n",
+        "stores config",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LOADS))
+def test_loads_of_pickled_objects_are_left_with_the_way_out(project, name):
+    text, why = LOADS[name]
+    path = project / "loop.py"
+    path.write_text("import torch\n\n" + text)
+    result = invoke("--fix", "--select", "C3", "loop.py")
+    assert result.exit_code == 1, result.output
+    assert path.read_text() == "import torch\n\n" + text
+    assert "SCF2301 not fixed: its result is" in result.stderr and why in result.stderr
+    assert "add_safe_globals" in result.stderr and "2.6" in result.stderr
+
+
+def test_loads_of_state_dicts_are_fixed(project):
+    path = project / "loop.py"
+    path.write_text(
+        "import torch\n\ndef f(m, opt, p):\n    ckpt = torch.load(p, map_location='cpu')\n"
+        "    m.load_state_dict(ckpt['model'])\n    opt.load_state_dict(ckpt.get('optimizer'))\n"
+        "    start = ckpt['epoch'] + 1\n    print(f\"epoch {ckpt['epoch']}\")\n"
+        "    return start\n"
+    )
+    result = invoke("--fix", "loop.py")
+    assert (result.exit_code, result.stdout) == (0, "fixed 1, 0 left in 1 file\n")
+    assert "torch.load(p, map_location='cpu', weights_only=True)" in path.read_text()
+
+
+def test_imported_helpers_left_unchecked_are_named(project):
+    (project / "engine.py").write_text(
+        "def fit(model, opt, loader):\n    for x in loader:\n        opt.zero_grad()\n"
+        "        model(x).sum().backward()\n        opt.step()\n"
+    )
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "data.py").write_text("def loader():\n    return []\n")
+    (project / "train.py").write_text(
+        "import torch\nimport numpy as np\nfrom engine import fit\nfrom pkg.data import loader\n"
+        "fit(torch.nn.Linear(2, 1), None, loader())\n"
+    )
+    result = invoke("train.py")
+    assert result.exit_code == 0
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        "note: train.py imports engine.py, which was not checked: its helpers were not "
+        "followed (give it too, or its folder)",
+        "note: train.py imports pkg/data.py, which was not checked: its helpers were not "
+        "followed (give it too, or its folder)",
+    ]
+    assert invoke(".").stderr == ""  # everything checked: nothing to name

@@ -25,14 +25,17 @@ from scaffold.check.epoch_checks import (
 from scaffold.check.flow import Module
 from scaffold.check.project import Project
 from scaffold.check.setup_checks import (
+    compiled_state_saved,
     nothing_seeded,
     sampler_without_set_epoch,
     unsafe_load,
     workers_without_generator,
 )
 from scaffold.check.step_checks import (
+    accumulation_cadence,
     accumulation_without_division,
     autocast_around_update,
+    ema_before_step,
     loss_tensor_kept,
     optimizer_before_move,
     scaler_with_bf16,
@@ -80,6 +83,7 @@ def check_project(
 CHECKS = (
     (optimizer_before_move, ("SCF101",)),
     (step_order, ("SCF201", "SCF202", "SCF301", "SCF401", "SCF501", "SCF502", "SCF503", "SCF504")),
+    (ema_before_step, ("SCF302",)),
     (autocast_around_update, ("SCF601",)),
     (scaler_with_bf16, ("SCF602",)),
     (epoch_scheduler_per_batch, ("SCF701",)),
@@ -93,8 +97,10 @@ CHECKS = (
     (loss_tensor_kept, ("SCF1101",)),
     (per_batch_mean, ("SCF1201",)),
     (accumulation_without_division, ("SCF1401",)),
+    (accumulation_cadence, ("SCF1402", "SCF1403")),
     (sampler_without_set_epoch, ("SCF1501",)),
     (unsafe_load, ("SCF2301",)),
+    (compiled_state_saved, ("SCF2401",)),
     (nothing_seeded, ("SCF3101",)),
     (workers_without_generator, ("SCF3201",)),
 )

@@ -18,6 +18,7 @@ from scaffold.check.flow import (
     SCHEDULERS,
     STEP,
     TRAIN_MODE,
+    WARMUP_FACTORIES,
     Ctx,
     Module,
     backward_sources,
@@ -59,15 +60,76 @@ def _step_scheduler(module: Module, key: str | None) -> bool:
     schedule of len(loader) * epochs)."""
     calls = _scheduler_calls(module, key)
     return bool(calls) and all(
-        last_name(c) in ("OneCycleLR", "CyclicLR") or _counts_steps(c, module) for c in calls
+        last_name(c) in ("OneCycleLR", "CyclicLR")
+        or (last_name(c) in (*WARMUP_FACTORIES, "get_scheduler") and not _in_epochs(c))
+        or _counts_steps(c, module)
+        or _lambda_in_steps(module, c)
+        for c in calls
     )
+
+
+def _in_epochs(call: ast.Call) -> bool:
+    """Whether a warm-up factory is given lengths in epochs: names of epochs and no len() nor
+    names of steps (`get_linear_schedule_with_warmup(opt, warmup_epochs, epochs)` stepped once
+    an epoch is right)."""
+    words, counted = set(), False
+    for arg in [*call.args[1:], *(k.value for k in call.keywords if k.arg != "optimizer")]:
+        for node in ast.walk(arg):
+            if isinstance(node, ast.Call) and last_name(node) == "len":
+                counted = True
+            words.add((dotted(node) or "").rsplit(".", 1)[-1].lower())
+    if counted or any(s in w for w in words for s in STEP_WORDS):
+        return False
+    return any("epoch" in w for w in words)
+
+
+STEP_WORDS = ("step", "iter", "batch")
+
+
+def _lambda_in_steps(module: Module, call: ast.Call) -> bool:
+    """Whether a LambdaLR's (or MultiplicativeLR's) factor is a function of the step count: the
+    lambda, or the function it names, reads names of steps or iterations (`lambda step:
+    min(1, step / warmup_steps)`) and none of epochs (`lambda epoch: ...` steps per epoch)."""
+    if last_name(call) not in ("LambdaLR", "MultiplicativeLR"):
+        return False
+    factor = call.args[1] if len(call.args) > 1 else None
+    for keyword in call.keywords:
+        if keyword.arg == "lr_lambda":
+            factor = keyword.value
+    if factor is None:
+        return False
+    if not isinstance(factor, ast.Lambda):
+        found = module.resolve(ast.Call(func=factor, args=[], keywords=[]),
+                               Ctx(module.enclosing_function(call)))  # fmt: skip
+        if found is None:
+            found = next(  # `lr_lambda = lambda it: ...` or a partial of a function
+                (n.value for n in module.project.nodes_of(module.enclosing_function(call)
+                 or module.tree) if isinstance(n, ast.Assign)
+                 and dotted(factor) in {dotted(t) for t in n.targets}),
+                None,
+            )  # fmt: skip
+        if found is None:
+            return False
+        factor = found
+    words = set()
+    for node in ast.walk(factor):
+        if isinstance(node, ast.arg):
+            words.add(node.arg.lower())
+        elif isinstance(node, ast.Name | ast.Attribute):
+            words.add((dotted(node) or "").rsplit(".", 1)[-1].lower())
+    if any("epoch" in w for w in words):
+        return False
+    return any(s in w for w in words for s in STEP_WORDS)
 
 
 def _scheduler_calls(module: Module, key: str | None) -> list:
     """The scheduler constructors behind a name: direct, or in the builder that returns it."""
     found = []
     for call in module.constructors.get(key or "", ()):
-        if last_name(call) in SCHEDULERS:
+        if last_name(call) in SCHEDULERS or (
+            last_name(call) == "get_scheduler"
+            and any(k.arg == "num_training_steps" for k in call.keywords)
+        ):
             found.append(call)
             continue
         helper = module.resolve(call, Ctx(module.enclosing_function(call)))

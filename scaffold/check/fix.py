@@ -45,10 +45,22 @@ def plan_fixes(findings: list[Finding]) -> list[FileFix]:
     """The fixes of every file with a fixable finding; nothing is written."""
     fixable = sorted(f for f in findings if f.code in FIXABLE)
     plans = []
+    # The saves of the other files with a finding in the same folder: a checkpoint saved in one
+    # module (Swin's utils.py) and loaded in its neighbour.
+    others = []
+    for path in sorted({f.path for f in findings}):
+        try:
+            others.append((path, read_source(path).tree))
+        except Unreadable:
+            pass
     for path, group in groupby(fixable, key=lambda f: f.path):
         group = list(group)
         try:
-            plans.append(_plan(path, group))
+            here = os.path.dirname(os.path.abspath(path))
+            near = [
+                o for o in others if o[0] != path and os.path.dirname(os.path.abspath(o[0])) == here
+            ]
+            plans.append(_plan(path, group, near))
         except Unreadable:  # changed or gone since it was checked
             plans.append(
                 FileFix(path, "utf-8", "", "", left=[(f, "cannot read it again") for f in group])
@@ -77,18 +89,21 @@ def write_fix(fix: FileFix) -> None:
         raise
 
 
-def _plan(path: str, findings: list[Finding]) -> FileFix:
+def _plan(path: str, findings: list[Finding], others=()) -> FileFix:
     # Read again (it may have changed since it was checked), the way the check reads it.
     read = read_source(path)
     text, tree = read.text, read.tree
     fix = FileFix(path, read.encoding, text, text)
+    saved = saved_objects([(path, tree), *others])
     source = _Text(text)
     blocks = _blocks(tree)
     edits = []
     for finding in findings:
         try:
             if finding.code == "SCF2301":
-                found = _add_weights_only(source, _call_at(tree, finding))
+                call = _call_at(tree, finding)
+                _loads_only_tensors(tree, call, saved)
+                found = _add_weights_only(source, call)
             else:
                 found = _move_zero_grad(source, blocks, finding)
             if any(_overlap(a, b) for a in found for b in edits):
@@ -194,6 +209,173 @@ def _add_weights_only(source: _Text, call: ast.Call) -> list:
     if comma is None:
         return [(code_end, code_end, ", weights_only=True")]
     return [(comma + 1, comma + 1, " weights_only=True,")]
+
+
+# What weights_only=True loads: tensors, numbers, strings, and lists, tuples and dicts of them.
+# Anything else in the file (a whole pickled model, an argparse Namespace, a yacs config, a numpy
+# array) raises UnpicklingError. The load site cannot see the file, so the fix is made only where
+# the result is used as a state dict: handed to load_state_dict(), read by key and handed on, or
+# read for its numbers; everywhere else the finding stays, with how to proceed.
+NOT_SAFE = (
+    "its result is {why}, which may hold pickled objects (a whole model, an argparse.Namespace, "
+    "a config) that weights_only=True refuses. Before torch 2.6 this load unpickles anything (a "
+    "crafted file runs code); from 2.6 weights_only defaults to True and the load already fails "
+    "on such a file. For a file you trust, pass weights_only=False; else allow its classes with "
+    "torch.serialization.add_safe_globals([...]) and pass weights_only=True"
+)
+# Dict and tensor methods that read a state dict or its values as what they are.
+PLAIN_METHODS = {
+    "keys", "items", "values", "get", "pop", "copy", "to", "cpu", "cuda", "float", "half",
+    "item", "tolist", "size", "numel", "clone", "detach", "shape", "dtype", "startswith",
+}  # fmt: skip
+# Keys that name a pickled object more often than tensors, when read and not given to
+# load_state_dict (yolov5 saves `"model": deepcopy(model).half()`, DeiT and Swin `"args"`).
+OBJECT_KEYS = ("arg", "config", "cfg", "opt", "hyp", "hparam", "model", "net", "vocab", "token")
+
+
+def _loads_only_tensors(tree: ast.Module, call: ast.Call, saved=()) -> None:
+    """NotFixable unless the loaded value is only used as tensors and plain containers. A load
+    read by key (a checkpoint dict) is left too when `saved` names an object a save beside it
+    puts in a dict (Swin's `'config': config`): unread keys are unpickled too."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    why = _value_use(parents, call)
+    if why is None:
+        return
+    if why != "name":
+        raise NotFixable(NOT_SAFE.format(why=why))
+    keyed = False
+    statement = parents[call]
+    name = statement.targets[0].id
+    scope = parents.get(statement)
+    while scope is not None and not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        scope = parents.get(scope)
+    if scope is None:
+        raise NotFixable(NOT_SAFE.format(why=f"a module-level name ({name}) other files may use"))
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+            why = _value_use(parents, node)
+            if why == "name":  # state_dict = state_dict["model"]: read on as the same name
+                target = parents[node] if not isinstance(parents[node], ast.Subscript) else None
+                why = None if target is None else f"copied to {target.targets[0].id}"
+            if why is not None:
+                raise NotFixable(NOT_SAFE.format(why=why))
+            keyed = keyed or _by_key(parents, node)
+    # Handed whole to load_state_dict, the file is a state dict; read by key, it is a checkpoint
+    # dict whose other keys are unpickled too, and a save beside it may put objects there.
+    if keyed and saved:
+        why = f"a checkpoint, and a save beside it stores {saved[0]}"
+        raise NotFixable(NOT_SAFE.format(why=why))
+
+
+def _by_key(parents: dict, node) -> bool:
+    parent = parents.get(node)
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        return True
+    return isinstance(parent, ast.Attribute) and parent.attr in ("get", "pop", "items", "values")
+
+
+NUMBER_WORDS = ("epoch", "step", "iter", "acc", "loss", "best", "lr", "score", "metric", "arch")
+
+
+def saved_objects(trees: list) -> list:
+    """`name (path:line)` for each value a save of these files puts in a checkpoint dict that is
+    not a state dict, a number or a string: a config, an argparse.Namespace, a model object."""
+    found = []
+    for path, tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if not name.lower().startswith("save"):
+                continue
+            for value in _dict_values(tree, node):
+                if not _plain(value):
+                    found.append(f"{ast.unparse(value)[:40]} ({path}:{value.lineno})")
+    return found
+
+
+def _dict_values(tree, call) -> list:
+    """The values of the dict a save call is given: a literal, or one built in a name."""
+    values = []
+    for arg in call.args[:1]:
+        if isinstance(arg, ast.Dict):
+            values += arg.values
+        elif isinstance(arg, ast.Name):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+                    if any(isinstance(t, ast.Name) and t.id == arg.id for t in node.targets):
+                        values += node.value.values
+                elif isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Subscript) and getattr(t.value, "id", None) == arg.id
+                    for t in node.targets
+                ):
+                    values.append(node.value)
+    return [v for v in values if v is not None]
+
+
+def _plain(value) -> bool:
+    if isinstance(value, ast.Constant | ast.BinOp | ast.UnaryOp | ast.Compare | ast.JoinedStr):
+        return True
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in ("state_dict", "get_rng_state", "getstate", "item", "int", "float", "str")
+    if isinstance(value, ast.Name | ast.Attribute):
+        last = (value.id if isinstance(value, ast.Name) else value.attr).lower()
+        return any(w in last for w in NUMBER_WORDS)
+    if isinstance(value, ast.Dict):
+        return all(_plain(v) for v in value.values if v is not None)
+    return False
+
+
+def _value_use(parents: dict, node) -> str | None:
+    """None when a loaded value (or a name bound to it) is used as a state dict here; "name" when
+    it is bound to a plain name whose uses decide; else how it is used, for the message."""
+    parent = parents.get(node)
+    keys = []
+    while isinstance(parent, ast.Subscript) and parent.value is node:  # ckpt["model"]["w"]
+        keys.append(parent.slice)
+        node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        if parent.attr not in PLAIN_METHODS:
+            return f"used through .{parent.attr}"
+        if parent.attr in ("get", "pop"):
+            call = parents.get(parent)
+            keys += list(getattr(call, "args", [])[:1])
+            node, parent = call, parents.get(call)
+        else:
+            return None
+    if isinstance(parent, ast.Call) and node in parent.args:
+        name = (
+            parent.func.attr
+            if isinstance(parent.func, ast.Attribute)
+            else getattr(parent.func, "id", "")
+        )
+        if name in ("load_state_dict", "set_state_dict", "load_state"):
+            return None
+        if name in ("int", "float", "str", "len", "print", "round", "max", "min", "bool", "format"):
+            return None
+        return f"handed to {name}()"
+    if isinstance(parent, ast.keyword):
+        return "handed to a call"
+    if isinstance(parent, ast.Compare | ast.BinOp | ast.FormattedValue | ast.comprehension):
+        return None
+    if isinstance(parent, ast.Assign) and parent.value is node:
+        target = parent.targets[0] if len(parent.targets) == 1 else None
+        if not keys:
+            return "name" if isinstance(target, ast.Name) else "stored as an attribute"
+        words = {
+            k.value.lower()
+            for k in keys
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        }
+        if not words or any(w.startswith(OBJECT_KEYS) or w.endswith(OBJECT_KEYS) for w in words):
+            return f"read by key ({', '.join(sorted(words)) or 'a computed key'}) and kept"
+        return None  # start_epoch = ckpt["epoch"]: a number
+    if isinstance(parent, ast.Return):
+        return "returned"
+    return "used in a way this fix cannot follow"
 
 
 # --- R2: zero_grad() between backward() and step() moves to just before the backward ---

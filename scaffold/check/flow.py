@@ -19,7 +19,15 @@ OPTIMIZERS = {
 PLATEAU = "ReduceLROnPlateau"
 # Schedulers whose length is counted in epochs unless their arguments say otherwise.
 EPOCH_SCHEDULERS = {"StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR"}
-SCHEDULERS = EPOCH_SCHEDULERS | {
+# Warm-up schedules of Transformers and Diffusers, whose lengths are counted in optimizer steps
+# by their API (num_warmup_steps, num_training_steps).
+WARMUP_FACTORIES = {
+    "get_linear_schedule_with_warmup", "get_cosine_schedule_with_warmup",
+    "get_constant_schedule_with_warmup", "get_polynomial_decay_schedule_with_warmup",
+    "get_cosine_with_hard_restarts_schedule_with_warmup", "get_inverse_sqrt_schedule",
+    "get_wsd_schedule",
+}  # fmt: skip
+SCHEDULERS = EPOCH_SCHEDULERS | WARMUP_FACTORIES | {
     PLATEAU, "OneCycleLR", "CyclicLR", "LambdaLR", "MultiplicativeLR", "LinearLR", "ConstantLR",
     "PolynomialLR", "CosineAnnealingWarmRestarts", "SequentialLR", "ChainedScheduler",
     "LRScheduler", "_LRScheduler",
@@ -35,7 +43,11 @@ SEEDS = {
     "manual_seed", "seed_all", "seed_everything", "set_seed", "set_random_seed", "fix_seed",
     "seed_torch",
 }  # fmt: skip
-TRACKED = OPTIMIZERS | SCHEDULERS | SCALERS | GENERATORS
+# The classes that keep an average of a model's weights: torch's AveragedModel, timm's ModelEma*,
+# yolov5's ModelEMA, ema_pytorch's EMA, torch_ema's ExponentialMovingAverage.
+EMA_CLASSES = {"AveragedModel", "ModelEma", "ModelEmaV2", "ModelEmaV3", "ModelEMA", "EMA",
+               "ExponentialMovingAverage", "EMAModel"}  # fmt: skip
+TRACKED = OPTIMIZERS | SCHEDULERS | SCALERS | GENERATORS | EMA_CLASSES
 CLIPS = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value"}
 # Methods that move a module or change its dtype.
 MOVES = {"to", "cuda", "half", "float", "double", "bfloat16", "to_empty"}
@@ -46,6 +58,7 @@ BACKWARD_WRAPPERS = {"accelerator", "fabric", "engine"}
 ZERO, BACKWARD, UNSCALE, CLIP, STEP = "zero", "backward", "unscale", "clip", "step"
 SCHED_STEP, TRAIN_MODE, EVAL_MODE, PASS = "sched_step", "train", "eval", "pass"
 UPDATE = "update"  # scaler.update()
+EMA = "ema"  # ema.update(model), swa_model.update_parameters(model): an average of the weights
 EVALUATE = "evaluate"  # a loop that runs no training step: validation, test, inference
 SEED, BUILD = "seed", "build"  # torch's generator seeded; a model or an optimizer constructed
 
@@ -141,6 +154,28 @@ class Ctx:
         return key
 
 
+def _operands(test) -> tuple:
+    """("and" or "or", [(identity, sense)] of its operands) for a boolean test; else ("", [])."""
+    if isinstance(test, ast.BoolOp):
+        kind = "and" if isinstance(test.op, ast.And) else "or"
+        return kind, [condition(v) for v in test.values]
+    return "", []
+
+
+def _implied(test, parts, decisions: dict) -> bool | None:
+    """Whether a boolean test is decided by what a path already decided of its operands: an
+    `and` one of whose operands was false, an `or` one of whose operands was true."""
+    kind, values = parts
+    for text, sense in values:
+        if text in decisions:
+            value = decisions[text] == sense
+            if kind == "and" and not value:
+                return False
+            if kind == "or" and value:
+                return True
+    return None
+
+
 def condition(test) -> tuple[str, bool]:
     """A condition's identity and sense: `not x`, `x is None` and `x` test the same thing."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -173,6 +208,7 @@ class Module:
         self._units = project.units
         self.functions: dict = {}  # module-level functions by name
         self.imports: dict = {}  # name -> (level, module, attribute or None)
+        self.import_nodes: list = []  # every import statement, in any scope
         self.classes: dict = {}  # key -> the set of classes assigned to it
         self.function_units: list = []
         self.loops_paths: dict = {}  # every loop of this file -> its paths
@@ -226,6 +262,7 @@ class Module:
 
     def _imported(self, node) -> None:
         """Record the names an import binds: `from .engine import fit as f` binds f."""
+        self.import_nodes.append(node)
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -247,6 +284,8 @@ class Module:
         if name in TRACKED:
             return {name}
         target = self.resolve(call, Ctx(self.enclosing_function(call)))
+        if target is None and name == "get_scheduler" and _keywords(call, "num_training_steps"):
+            return {"LambdaLR"}  # transformers' and diffusers' get_scheduler: a LambdaLR in steps
         return set(self.returns.get(target, ())) if target else set()
 
     def learn_classes(self) -> None:
@@ -431,10 +470,15 @@ class Module:
         remember = text in self.project.repeated_conditions
         branches = {}
         out = []
+        parts = _operands(node.test)
         for path in paths:
             if text in path.decisions:  # the same flag tested again takes the same branch
                 body = node.body if path.decisions[text] == sense else node.orelse
                 out += self.block(body, ctx, [path])
+                continue
+            known = _implied(node.test, parts, path.decisions)
+            if known is not None:  # `a and b` after `a` was false: the body cannot run
+                out += self.block(node.body if known else node.orelse, ctx, [path])
                 continue
             key = tuple(sorted(path.decisions.items()))
             if key not in branches:
@@ -445,6 +489,14 @@ class Module:
                     for branch, taken in ((yes, sense), (no, not sense)):
                         for p in branch:
                             p.decisions[text] = taken
+                # `if a and b:` taken: a and b each hold; `if a or b:` not taken: neither does
+                kind, values = parts
+                for branch, holds in ((yes, True), (no, False)):
+                    if (kind == "and" and holds) or (kind == "or" and not holds):
+                        for part, part_sense in values:
+                            if part in self.project.repeated_conditions:
+                                for p in branch:
+                                    p.decisions.setdefault(part, part_sense == holds)
                 branches[key] = yes + no
             read = branches[key]
             if all(not p.events and p.done is None for p in read):
@@ -520,6 +572,9 @@ class Module:
             return Event(UNSCALE, call, key=key)
         if name == "update" and kind == "scaler":
             return Event(UPDATE, call, key=key)
+        averaged = bool(self.classes.get(raw or "", set()) & EMA_CLASSES) or _ema_like(raw)
+        if name == "update_parameters" or (name == "update" and averaged and _of_weights(call)):
+            return Event(EMA, call, key=key)
         if name == "step":
             given = bool(call.args or call.keywords)
             if kind == "scaler":
@@ -805,6 +860,39 @@ def _builds_model(node: ast.Assign) -> bool:
         return False
     source = dotted(node.value.func) or ""
     return source.split(".")[0] != target.split(".")[0] and "load" not in source.lower()
+
+
+def _ema_like(key: str | None) -> bool:
+    """`ema`, `model_ema`, `self.ema_model`, `ema2`: a receiver named as an average of the
+    weights (`ema` as a word of the name, not `schema`)."""
+    if not key:
+        return False
+    words = key.rsplit(".", 1)[-1].lower().replace("-", "_").split("_")
+    return any(w.rstrip("0123456789") == "ema" for w in words)
+
+
+# Words of an EMA of a value, not of the weights: ema_loss.update(loss.item()).
+VALUE_WORDS = ("loss", "acc", "metric", "score", "meter", "time", "speed", "norm", "value")
+
+
+def _of_weights(call: ast.Call) -> bool:
+    """Whether an `ema.update(...)` averages weights: not a running average of a logged value
+    (the receiver or an argument named like a loss or a metric, a number, `.item()`)."""
+    owner = dotted(call.func.value) if isinstance(call.func, ast.Attribute) else None
+    if any(w in (owner or "").rsplit(".", 1)[-1].lower() for w in VALUE_WORDS):
+        return False
+    for arg in [*call.args, *(k.value for k in call.keywords if k.arg != "step")]:
+        for node in ast.walk(arg):
+            if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+                return False
+            name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+            if name == "item" or any(w in name for w in VALUE_WORDS):
+                return False
+    return True
+
+
+def _keywords(call: ast.Call, *names) -> bool:
+    return any(k.arg in names for k in call.keywords)
 
 
 def _uses_grad(node) -> bool:

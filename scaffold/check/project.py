@@ -24,7 +24,7 @@ RELEVANT_CALLS = (
     BACKWARD_CALLS
     | {"step", "zero_grad", "zero_", "unscale_", "update", "train"}
     | {"eval", "no_grad", "inference_mode", "set_grad_enabled", "autocast", "add_", "sub_"}
-    | {"addcdiv_", "addcmul_"}
+    | {"addcdiv_", "addcmul_", "update_parameters"}
     | CLIPS
     | OPTIMIZERS
     | SEEDS
@@ -80,9 +80,15 @@ class Project:
             for node in module.nodes:
                 if isinstance(node, ast.If):
                     self.conditions[node] = text, _ = condition(node.test)
-                    if text in seen:
-                        self.repeated_conditions.add(text)
-                    seen.add(text)
+                    # `if a:` then `if a and b:` test a twice: the operands of a boolean
+                    # test count as tested too
+                    texts = {text}
+                    if isinstance(node.test, ast.BoolOp):
+                        texts |= {condition(v)[0] for v in node.test.values}
+                    for text in texts:
+                        if text in seen:
+                            self.repeated_conditions.add(text)
+                        seen.add(text)
         for module in self.modules:
             module.calls = [
                 (node, module.resolve(node, Ctx(module.enclosing_function(node))))

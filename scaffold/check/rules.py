@@ -48,6 +48,13 @@ _RULES = [
         "call step() after backward()",
     ),
     Rule(
+        "SCF302",
+        "R3",
+        "weight average (EMA/SWA) updated before optimizer.step() in the same step: it "
+        "averages the weights of the step before and never sees the last update",
+        "update the average right after the optimizer step (after scaler.step/update with AMP)",
+    ),
+    Rule(
         "SCF401",
         "R4",
         "gradient clipping outside backward() -> step() does nothing",
@@ -174,6 +181,21 @@ _RULES = [
         "backpropagate loss / accumulation_steps",
     ),
     Rule(
+        "SCF1402",
+        "R14",
+        "zero_grad() on every micro-batch while step() runs every k-th: the gradients "
+        "accumulated so far are erased, each update sees the last micro-batch alone",
+        "call zero_grad() once per optimizer step, right after step() (under the same condition)",
+    ),
+    Rule(
+        "SCF1403",
+        "R14",
+        "step() on every micro-batch while zero_grad() runs every k-th: each update applies "
+        "the partial sum again, the first micro-batch's gradients up to k times",
+        "call step() (and clipping, the scaler's update) under the same every-k-th condition "
+        "as zero_grad()",
+    ),
+    Rule(
         "SCF1501",
         "R15",
         "DistributedSampler and no set_epoch(): every epoch sees the same shuffle",
@@ -182,8 +204,19 @@ _RULES = [
     Rule(
         "SCF2301",
         "C3",
-        "torch.load() without weights_only=True can run code from an untrusted file",
-        "pass weights_only=True",
+        "torch.load() without weights_only: before torch 2.6 it unpickles anything (a crafted "
+        "file runs code); from 2.6 it defaults to True and refuses pickled objects",
+        "pass weights_only=True for state dicts and tensors; for other objects, allow their "
+        "classes with torch.serialization.add_safe_globals([...]), or pass weights_only=False "
+        "for files you trust",
+    ),
+    Rule(
+        "SCF2401",
+        "C4",
+        "state dict of a torch.compile()d module saved: every key starts with `_orig_mod.`, so "
+        "the checkpoint loads only into a compiled model",
+        "save the original module's state dict (keep `model` and train `compiled = "
+        "torch.compile(model)`, or save `compiled._orig_mod.state_dict()`)",
     ),
     Rule(
         "SCF3101",

@@ -187,3 +187,141 @@ def workers_without_generator(module: Module):
         if workers is None or (isinstance(workers, ast.Constant) and not workers.value):
             continue
         yield node, "SCF3201"
+
+
+WRAPPERS = {"DistributedDataParallel", "DDP", "DataParallel"}
+
+
+def compiled_state_saved(module: Module):
+    """C4: the state dict of a `torch.compile`d module saved: its keys carry `_orig_mod.`, so the
+    checkpoint loads only into a compiled model (or through code that strips the prefix). Read
+    in source order per function (and per class for `self.` attributes): a name bound to
+    `torch.compile(m)`, to such a name, to its DDP wrapper's `.module`, or to either branch of an
+    `x if c else y` of them; bound to anything else (`model._orig_mod`), it is no longer one.
+    `model.compile()` compiles in place and keeps the keys."""
+    compiles = [call for call, _ in module.calls if _compiles(module, call)]
+    if not compiles:
+        return  # most files: nothing compiled, nothing to read in order
+    class_compiled = {}
+    scopes = set()
+    for call in compiles:
+        function = module.enclosing_function(call)
+        scopes.add(function if function is not None else module.tree)
+        node = module.parents.get(call)
+        if isinstance(node, ast.IfExp):
+            node = module.parents.get(node)
+        if not isinstance(node, ast.Assign):
+            continue
+        cls = module.owner.get(module.method_of(function)) if function is not None else None
+        for target in node.targets:
+            key = dotted(target)
+            if cls is not None and key and key.startswith("self."):
+                class_compiled.setdefault(cls, set()).add(key)
+                scopes.update(
+                    f for f in module.function_nodes if module.owner.get(module.method_of(f)) is cls
+                )
+    for scope in sorted(scopes, key=lambda s: getattr(s, "lineno", 0)):
+        nodes = sorted(
+            (n for n in module.project.nodes_of(scope) if hasattr(n, "lineno")),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        cls = module.owner.get(module.method_of(scope)) if scope is not module.tree else None
+        compiled = set(class_compiled.get(cls, ()))
+        wrapped = set()
+        for node in nodes:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                key = dotted(node.targets[0])
+                if key is None:
+                    continue
+                value = node.value
+                kind = _compiled_kind(module, value, compiled, wrapped)
+                conditional = any(isinstance(a, ast.If) for a in module.ancestors(node, scope))
+                if not conditional:
+                    compiled.discard(key)
+                    wrapped.discard(key)
+                if kind == "compiled":
+                    compiled.add(key)
+                elif kind == "wrapped":
+                    wrapped.add(key)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "state_dict"
+                and dotted(node.func.value) in compiled
+                and _saved(module, node, scope)
+            ):
+                yield node, "SCF2401"
+
+
+def _compiles(module: Module, value) -> bool:
+    """`torch.compile(model, ...)`, or `compile(model)` imported from torch."""
+    if not isinstance(value, ast.Call) or not value.args:
+        return False
+    name = dotted(value.func)
+    if name == "torch.compile":
+        return True
+    return name == "compile" and module.imports.get("compile", (0, "", None))[1] == "torch"
+
+
+def _compiled_kind(module: Module, value, compiled: set, wrapped: set) -> str | None:
+    """compiled, wrapped (a DDP of a compiled module) or None, for an assigned value."""
+    if isinstance(value, ast.IfExp):
+        kinds = {_compiled_kind(module, v, compiled, wrapped) for v in (value.body, value.orelse)}
+        return "compiled" if "compiled" in kinds else ("wrapped" if "wrapped" in kinds else None)
+    if _compiles(module, value):
+        return "compiled"
+    key = dotted(value)
+    if key in compiled:
+        return "compiled"
+    if key in wrapped:
+        return "wrapped"
+    if (
+        isinstance(value, ast.Attribute)
+        and value.attr == "module"
+        and dotted(value.value) in wrapped
+    ):
+        return "compiled"
+    if (
+        isinstance(value, ast.Call)
+        and last_name(value) in WRAPPERS
+        and value.args
+        and dotted(value.args[0]) in compiled
+    ):
+        return "wrapped"
+    return None
+
+
+def _saved(module: Module, call, scope) -> bool:
+    """Whether a state_dict() is written to a file: given to a save call (torch.save,
+    accelerator.save, save_checkpoint), directly or through the name or dict it is put in."""
+    held = set()
+    node = module.parents.get(call)
+    while node is not None and node is not scope:
+        if isinstance(node, ast.Call) and _is_save(node):
+            return True
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                base = target.value if isinstance(target, ast.Subscript) else target
+                if dotted(base):
+                    held.add(dotted(base))
+            break
+        if isinstance(node, ast.stmt):
+            break
+        node = module.parents.get(node)
+    if not held:
+        return False
+    return any(
+        isinstance(n, ast.Call)
+        and _is_save(n)
+        and any(
+            dotted(x) in held
+            for a in [*n.args, *(k.value for k in n.keywords)]
+            for x in ast.walk(a)
+        )  # fmt: skip
+        for n in module.project.nodes_of(scope)
+    )
+
+
+def _is_save(call) -> bool:
+    name = (last_name(call) or "").lower()
+    return name in ("save", "save_file") or name.startswith("save_checkpoint")

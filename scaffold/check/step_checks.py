@@ -6,6 +6,7 @@ from scaffold.check.flow import (
     BACKWARD,
     CLIP,
     COMPREHENSIONS,
+    EMA,
     FUNCTIONS,
     LOOPS,
     OPTIMIZERS,
@@ -452,7 +453,10 @@ def _names_bf16(node) -> bool:
 
 
 def accumulation_without_division(module: Module):
-    """R14: the optimizer steps every k-th batch and each batch's loss is not divided by k."""
+    """R14: the optimizer steps every k-th batch and each batch's loss is not divided by k. Only
+    a remainder test counts as every k-th here: yolov5's `ni - last_opt_step >= accumulate`
+    sums losses that its loss function scales by the batch size, by design (tried for issue 27:
+    its pattern, copied without yolov5's `loss *= WORLD_SIZE`, was reported)."""
     for unit in module.steps():
         events = [e for p in unit.paths for e in p.events]
         steps = [e for e in events if e.kind == STEP]
@@ -542,3 +546,172 @@ def _divided(module: Module, event, unit) -> bool:
                     ):
                         return True
     return False
+
+
+def accumulation_cadence(module: Module):
+    """R14/R2: in a loop that accumulates gradients (backward() every micro-batch, the optimizer
+    step only every k-th), zero_grad() run every micro-batch erases what was accumulated, so each
+    step sees the last micro-batch alone (SCF1402); the reverse, step() every micro-batch while
+    zero_grad() waits for the k-th, applies the first micro-batch's gradients again at every step
+    (SCF1403). Only calls written in the loop itself are read (not in helpers it calls): a
+    wrapper that decides itself when to step (Accelerate's `accumulate()`) writes both
+    unconditionally and is left alone."""
+    for unit in module.steps():
+        if unit.node is unit.function:
+            continue
+        events = [e for p in unit.paths for e in p.events]
+        own = set(module.project.nodes_of(unit.node))
+        backwards = [e for e in events if e.kind == BACKWARD and e.node in own]
+        steps = [e for e in events if e.kind == STEP and e.node in own and e.key != "<manual>"]
+        zeros = [e for e in events if e.kind == ZERO and e.node in own]
+        if not (backwards and steps and zeros):
+            continue
+        # nanoGPT's micro-steps: backward() in a loop of its own that runs no step; a
+        # zero_grad() on every pass of that loop leaves the last micro-batch's gradients alone
+        micro = {}
+        for event in backwards:
+            inner = _inner_loop(module, event.node, unit.node)
+            if inner is None:
+                continue
+            body = set(module.project.nodes_of(inner))
+            # A loop that reads .grad on each pass harvests per-task gradients (PCGrad): its
+            # zero_grad() is how it separates them.
+            reads = any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in body)
+            if not reads and not any(e.node in body for e in steps):
+                micro[inner] = True
+        flagged = False
+        for inner in micro:
+            for event in zeros:
+                if _always(module, event.node, inner) and not _between(unit, event.node):
+                    if any(_clears(module, event.key, e.key) for e in steps):
+                        yield event.node, "SCF1402"
+                        flagged = True
+                        break
+        if flagged:
+            continue
+        if not any(_always(module, e.node, unit.node) for e in backwards):
+            continue  # no backward() on every micro-batch: no accumulation here
+        # Every optimizer steps every k-th micro-batch only: a GAN whose generator steps every
+        # n-th batch while its discriminator steps every batch is no accumulation.
+        if all(_kth(module, e.node, unit.node) for e in steps):
+            for event in zeros:
+                if (
+                    _always(module, event.node, unit.node)
+                    and any(_clears(module, event.key, e.key) for e in steps)
+                    and not _between(unit, event.node)  # SCF201 already says it
+                ):
+                    yield event.node, "SCF1402"
+                    break
+            continue
+        for key in {e.key for e in steps}:
+            mine = [e for e in steps if e.key == key]
+            cleared = [e for e in zeros if _clears(module, e.key, key)]
+            if cleared and all(_kth(module, e.node, unit.node) for e in cleared):
+                for event in mine:
+                    if _always(module, event.node, unit.node) and not _early(unit, event.node):
+                        yield event.node, "SCF1403"
+                        break
+
+
+def _inner_loop(module: Module, node, stop):
+    """The innermost loop a node runs in inside `stop`, if it sits in one there."""
+    for outer in module.ancestors(node, stop):
+        if isinstance(outer, FUNCTIONS):
+            return None
+        if isinstance(outer, LOOPS):
+            return outer
+    return None
+
+
+def _between(unit, node) -> bool:
+    """Whether a zero_grad() runs between a backward() and a step() on some path."""
+    for path in unit.paths:
+        events = [e for e in path.events if e.kind in (BACKWARD, STEP, ZERO)]
+        for i, event in enumerate(events):
+            if event.node is not node:
+                continue
+            before = next((e.kind for e in reversed(events[:i]) if e.kind != ZERO), None)
+            after = next((e.kind for e in events[i + 1 :] if e.kind != ZERO), None)
+            if before == BACKWARD and after == STEP:
+                return True
+    return False
+
+
+def _early(unit, node) -> bool:
+    """Whether a step() runs before every backward() on some path (SCF301 already says it)."""
+    for path in unit.paths:
+        kinds = [(e.node, e.kind) for e in path.events if e.kind in (BACKWARD, STEP)]
+        for i, (at, _) in enumerate(kinds):
+            if at is node and all(kind != BACKWARD for _, kind in kinds[:i]):
+                if any(kind == BACKWARD for _, kind in kinds[i + 1 :]):
+                    return True
+    return False
+
+
+def _clears(module: Module, zero_key, optimizer) -> bool:
+    """Whether a zero_grad() may clear an optimizer's gradients: its own, a model's, or one the
+    check cannot name."""
+    if zero_key is None or optimizer is None or zero_key == optimizer:
+        return True
+    if module.kind(zero_key) == "optimizer":
+        return False
+    models = {
+        model
+        for call in module.constructors.get(optimizer, ())
+        for model in _optimizer_models(module, call)
+    }
+    if models:
+        return any(_related(zero_key, model) for model in models)
+    others = {
+        model
+        for key, calls in module.constructors.items()
+        if key != optimizer
+        for call in calls
+        for model in _optimizer_models(module, call)
+    }
+    return zero_key not in others  # a model no other optimizer is known to be built from
+
+
+def _always(module: Module, node, loop) -> bool:
+    """Whether a node runs on every pass through `loop`: in its body, under no condition, try
+    or nested loop (a `with` block runs its body every time)."""
+    for outer in module.ancestors(node, loop):
+        if isinstance(outer, ast.If | ast.IfExp | ast.Try | ast.ExceptHandler | ast.BoolOp):
+            return False
+        if isinstance(outer, LOOPS + COMPREHENSIONS + FUNCTIONS):
+            return False
+    return True
+
+
+def _kth(module: Module, node, loop) -> bool:
+    """Whether a node runs every k-th pass only: under an `if` that tests a remainder
+    (`(i + 1) % k == 0`) or compares with an accumulation count (yolov5's
+    `ni - last_opt_step >= accumulate`), or a loss scaler told so (`update_grad=`)."""
+    if _every_kth(module, node, loop):
+        return True
+    return any(
+        isinstance(outer, ast.If)
+        and any(
+            "accum" in (dotted(n) or "").rsplit(".", 1)[-1].lower()
+            for n in ast.walk(outer.test)
+            if isinstance(n, ast.Name | ast.Attribute)
+        )
+        for outer in module.ancestors(node, loop)
+    )
+
+
+def ema_before_step(module: Module):
+    """R3: a weight average (EMA, SWA) updated before the optimizer step of the same iteration:
+    it averages the weights of the step before, and never sees the last one."""
+    for unit in module.steps():
+        seen = set()
+        for path in unit.paths:
+            events = [e for e in path.events if e.kind in (EMA, STEP)]
+            for i, event in enumerate(events):
+                if event.kind != EMA or event.node in seen:
+                    continue
+                if any(e.kind == STEP for e in events[:i]):
+                    continue
+                if any(e.kind == STEP for e in events[i + 1 :]):
+                    seen.add(event.node)
+                    yield event.node, "SCF302"

@@ -1291,6 +1291,8 @@ ENGINE_MUTANTS = {
     "validation without model.eval": "SCF1002",
     "loss tensor kept with its graph": "SCF1101",
     "nothing seeded": "SCF3101",
+    "EMA updated before the optimizer step": "SCF302",
+    "EMA updated before the scaler's step": "SCF302",
 }
 # Found in some combinations only, with the reason.
 PARTLY = {

@@ -20,7 +20,7 @@ def read_rows(path) -> list[dict]:
 
 
 def test_learns_the_synthetic_data(project_cfg):
-    result = train.fit(dataclasses.replace(project_cfg, n_samples=2048, epochs=20))
+    result = train.fit(dataclasses.replace(project_cfg, **task_cases.LEARN_RUN))
     task_cases.assert_learned(result["history"], project_cfg, result["data"])
     last = result["history"][-1]
     assert last["train_loss"] < 0.5 * result["history"][0]["train_loss"]

@@ -49,15 +49,26 @@ FIXED_CHANGES = [
 OTHER_DATA = ({"channels": 1}, "image_shape, image_mean, image_std")
 
 
+# The run tests/test_training.py trains the project's own model with, to see it learn.
+LEARN_RUN = {"n_samples": 2048, "epochs": 10}
+
+
 def assert_learned(history: list[dict], cfg, data) -> None:
-    """The last epoch of a 20-epoch run on the synthetic shapes is well past chance."""
+    """The last epoch of LEARN_RUN on the synthetic shapes is well past chance."""
     last = history[-1]
     chance = 1 / cfg.n_classes
-    # About 0.9 with the default schedule; a plateau schedule that cuts the rate after every
-    # epoch without improvement (plateau_patience = 0) learns slower: 0.74 at seed 42.
+    # 0.93-0.98 with the cosine schedule (seeds 0, 7, 2024, 2**32 - 1); a plateau schedule that
+    # halves the rate after every epoch without a new best (plateau_patience = 0) learns
+    # slower: 0.75-0.99 (seeds 0, 7, 31337).
     assert last["val_accuracy"] > 0.6 > 2 * chance, last
     assert math.isfinite(last["train_loss"])
 
+
+# How far 2 ranks may end from 1 process after 3 fp32 epochs (largest weight difference,
+# relative metric difference): float32 sums in another order. (tests/test_distributed.py)
+# The BatchNorm CNN normalises each rank's part on its own (M7), so the comparison is skipped;
+# these bounds serve a model without BatchNorm.
+TWO_PROCESS_TOLERANCES = (1e-5, 1e-5)
 
 # ---------------------------------------------------------------------------------------------
 # New data for tests/test_predict.py: folders in the layouts predict and evaluate accept.

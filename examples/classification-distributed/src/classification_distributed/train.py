@@ -731,7 +731,10 @@ def fit(
         files.flush_or_keep()  # the last finished epoch, if it was kept in memory
         # last.pt is whole (C2) and, as prepare_out checked, this run's, if it exists at all.
         # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
-        remove_stale_temporaries(out)
+        # M5: only the rank that writes clears them; another rank that stops first would
+        # delete the file rank 0 is writing at that moment, and lose the epoch it held.
+        if ctx.is_main:
+            remove_stale_temporaries(out)
         saved = (out / "last.pt").exists()
         raise Interrupted(epoch, saved=saved, signum=stop_signal(err)) from None
     except OSError as err:  # a full disk, or --out removed during the run
@@ -860,7 +863,11 @@ def run(argv: list[str] | None = None) -> int:
         try:
             result = fit(cfg, checkpoint, args.resume, overwrite=args.overwrite)
         except BaseException:
-            remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
+            # A run that saved nothing leaves no empty --out. M5: rank 0 alone, as it alone
+            # writes there: a rank that stopped first would remove the folder under rank 0,
+            # which is still saving the epoch it kept.
+            if launched_rank() == 0:
+                remove_empty_folders(created)
             raise
         seconds = time.perf_counter() - started
         if result["rank"] == 0 and have_matplotlib():  # M5: rank 0 draws; an optional extra

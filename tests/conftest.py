@@ -52,14 +52,24 @@ def _numbers(index: int, scheduler: str) -> dict:
     }
 
 
-# The options that shape the loop: every question with choices (the task, the scheduler) and
-# every switch (AMP, clipping, early stopping, distributed, EMA), in copier.yml's order, with their
-# values.
-# Read from the option definitions, so a new task or switch joins every product below.
+# Numbers that decide which code a project gets, not only a value in it: grad_accum renders
+# the accumulating loop when above 1. Each joins the factors with two values, its default (the
+# code without it) and the value here. 3 is odd, so the tests' small runs (5 batches) fall into
+# ragged windows: a shorter last window, whose last batch is smaller.
+CODE_NUMBERS = {"grad_accum": 3}
+# The options that shape the loop: the code numbers, then every question with choices (the
+# task, the scheduler) and every switch (AMP, clipping, early stopping, distributed, EMA), in
+# copier.yml's order, with their values.
+# Read from the option definitions, so a new task or switch joins every product below. The code
+# numbers come first: the product then lists every combination without them first, in the
+# order and with the spread numbers (_numbers) they had before the numbers joined.
 FACTORS = {
-    name: q.choices if q.choices else (False, True)
-    for name, q in OPTIONS.items()
-    if q.choices or q.type is bool
+    **{name: (OPTIONS[name].default, value) for name, value in CODE_NUMBERS.items()},
+    **{
+        name: q.choices if q.choices else (False, True)
+        for name, q in OPTIONS.items()
+        if q.choices or q.type is bool
+    },
 }
 TASKS = FACTORS["task"]
 
@@ -97,10 +107,13 @@ SWITCH_WORDS = {"amp": ("amp", "fp32"), "distributed": ("ddp", "noddp")}
 
 
 def combo_id(options: Options) -> str:
-    """The factors, e.g. cla-cosine-fp32-noclip-noes (package names are built from it)."""
+    """The factors, e.g. cla-cosine-fp32-noclip-noes-noddp (package names are built from it);
+    a code number follows only when it is not its default, e.g. ...-noddp-gradaccum3."""
     words = []
     for name, values in FACTORS.items():
         value = getattr(options, name)
+        if name in CODE_NUMBERS:
+            continue
         if name == "task":
             words.append(TASK_IDS[value])
         elif values == (False, True):
@@ -108,6 +121,9 @@ def combo_id(options: Options) -> str:
             words.append(SWITCH_WORDS.get(name, (on, "no" + on))[not value])
         else:
             words.append(_short(value, 12))
+    for name in CODE_NUMBERS:
+        if getattr(options, name) != FACTORS[name][0]:
+            words.append(f"{_short(name, 12)}{getattr(options, name)}")
     return "-".join(words)
 
 
@@ -122,7 +138,8 @@ def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
     (task, scheduler, AMP, clipping, early stopping) it finds 6 sets for 2 or 3 tasks and 8 for
     4, the fewest possible (tests/test_render.py checks); the full product, with distributed as
     a sixth switch and 4 tasks, gets 8 (tasks x schedulers, again the fewest possible). A new
-    switch adds a few sets, where the full product doubles.
+    switch adds a few sets, where the full product doubles. A code number (CODE_NUMBERS) keeps
+    the set chosen without it and adds sets for its pairs: grad_accum adds 4, one per task.
     """
     options_list = COMBOS if options_list is None else list(options_list)
     names = list(FACTORS if factors is None else factors)
@@ -133,6 +150,14 @@ def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
 
     needed = set().union(*map(tuples, options_list))
     chosen = []
+    numbers = [name for name in names if name in CODE_NUMBERS]
+    if numbers:
+        # The code numbers add sets to the set chosen without them (each at its default), which
+        # stays as it was: the sets, their ids and their mutation tables' rows do not change.
+        plain = [o for o in options_list if all(getattr(o, n) == FACTORS[n][0] for n in numbers)]
+        rest = [name for name in names if name not in CODE_NUMBERS]
+        chosen = covering_set(plain, rest, strength)
+        needed -= set().union(set(), *map(tuples, chosen))
     while needed:
         best = max(options_list, key=lambda o: len(tuples(o) & needed))  # max keeps the first
         chosen.append(best)

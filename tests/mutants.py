@@ -192,7 +192,10 @@ MUTANTS = [
            lambda o: o.scheduler == "plateau"),
     Mutant("R8", "plateau mode max for a loss", "train.py",
            (Edit("replace", 'mode="min"', 'mode="max"'),), lambda o: o.scheduler == "plateau"),
-    Mutant("R9", "model.train never called", "engine.py", (Edit("delete", "model.train()"),)),
+    # With EMA, validation runs on the average's own copy (always in eval mode): the trained
+    # model never leaves training mode during a run, so this deletion changes nothing there.
+    Mutant("R9", "model.train never called", "engine.py", (Edit("delete", "model.train()"),),
+           lambda o: not o.ema),
     Mutant("R10", "validation without no_grad", "engine.py",
            (Edit("delete", "@torch.no_grad()"),)),
     Mutant("R10", "validation without model.eval", "engine.py", (Edit("delete", "model.eval()"),)),

@@ -50,16 +50,16 @@ OTHER_DATA = ({"channels": 1}, "image_shape, image_mean, image_std")
 
 
 # The run tests/test_training.py trains the project's own model with, to see it learn.
-LEARN_RUN = {"n_samples": 2048, "epochs": 10}
+LEARN_RUN = {"n_samples": 2048, "epochs": 20}
 
 
 def assert_learned(history: list[dict], cfg, data) -> None:
     """The last epoch of LEARN_RUN on the synthetic shapes is well past chance."""
     last = history[-1]
     chance = 1 / cfg.n_classes
-    # 0.93-0.98 with the cosine schedule (seeds 0, 7, 2024, 2**32 - 1); a plateau schedule that
-    # halves the rate after every epoch without a new best (plateau_patience = 0) learns
-    # slower: 0.75-0.99 (seeds 0, 7, 31337).
+    # 0.93-1.00 with the cosine schedule (seeds 0, 1, 7, 2024, 2**32 - 1; 0.93 after 10 epochs
+    # already); a plateau schedule that halves the rate after every epoch without a new best
+    # (plateau_patience = 0) learns slower: 0.98-1.00 after 20 epochs (seeds 0, 42, 123).
     assert last["val_accuracy"] > 0.6 > 2 * chance, last
     assert math.isfinite(last["train_loss"])
 

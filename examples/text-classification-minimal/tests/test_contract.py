@@ -157,6 +157,20 @@ def test_R10_validation_runs_in_eval_mode_without_autograd(run):
         )
 
 
+def test_R10_evaluate_puts_a_model_in_training_mode_into_eval_mode(tmp_path):
+    # evaluate() sets eval mode itself: the evaluate command and the predictor hand it a model
+    # just built (in training mode).
+    cfg = small_config(tmp_path)
+    device = torch.device(conftest.DEVICE)
+    data = data_module.load_data(cfg)
+    model = build_model(cfg, data.input_shape, data.task.output_dim).to(device).train()
+    modes = []
+    model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    batches = data_module.Batches(data.val, cfg.batch_size, shuffle=False, device=device)
+    evaluate(model, batches, data.task)
+    assert modes and not any(modes), "R10: evaluate() ran the model in training mode"
+
+
 def test_R11_the_loop_keeps_numbers_not_graphs(run):
     cfg, recorder, result, error = run
     for epoch, batch, alive in recorder.leaks:

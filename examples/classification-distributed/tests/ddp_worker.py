@@ -78,13 +78,13 @@ if os.environ.get("CTRL_C_IN_EPOCH") or os.environ.get("CRASH_IN_EPOCH"):
     synced = {"epochs": 0}
     sync_buffers = train.sync_buffers
 
-    def interrupting_sync_buffers(model):
+    def interrupting_sync_buffers(*models):  # called once per epoch, with every model
         synced["epochs"] += 1
         if synced["epochs"] == stop_in and os.environ.get("CTRL_C_IN_EPOCH"):
             raise KeyboardInterrupt
         if synced["epochs"] == stop_in and RANK == 1:
             raise RuntimeError("rank 1 crashed (injected by the test)")
-        sync_buffers(model)
+        sync_buffers(*models)
 
     train.sync_buffers = interrupting_sync_buffers
 

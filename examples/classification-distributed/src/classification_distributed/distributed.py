@@ -190,15 +190,16 @@ def sum_over_ranks(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-def sync_buffers(model: torch.nn.Module) -> None:
-    """Copy rank 0's buffers (BatchNorm's running statistics) to every rank.
+def sync_buffers(*models: torch.nn.Module) -> None:
+    """Copy rank 0's buffers (BatchNorm's running statistics) of each model to every rank.
 
     Each rank's last training step updated them from its own part of the batch; validation
     and the checkpoint must use one set, the one rank 0 saves.
     """
     if in_group():
-        for buffer in model.buffers():
-            dist.broadcast(buffer, src=0)
+        for model in models:
+            for buffer in model.buffers():
+                dist.broadcast(buffer, src=0)
 
 
 def gather(obj) -> list:

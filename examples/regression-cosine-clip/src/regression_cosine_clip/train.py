@@ -589,12 +589,14 @@ def fit(
             )
             if bar is not None:
                 bar.close()  # the epoch's line takes its place
+            # A model left broken (e.g. BatchNorm's running variance overflowed while the loss
+            # stayed finite) is a training failure: checked before validation, which sees only nan.
+            broken = [k for k, v in model.state_dict().items() if not v.isfinite().all()]
+            if broken:
+                raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
             val = evaluate(model, val_batches, data.task)
             if not math.isfinite(val["loss"]):
                 raise NonFiniteLoss("validation", val["loss"])
-            broken = [k for k, v in model.state_dict().items() if not v.isfinite().all()]
-            if broken:  # e.g. BatchNorm's running variance overflows while the loss stays finite
-                raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
             scheduler.step()  # R7: once per epoch, after this epoch's optimizer steps
 
             improved = val["loss"] < best_val_loss  # R13: judged on this epoch's validation loss

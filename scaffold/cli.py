@@ -225,6 +225,7 @@ def new(
     amp: Annotated[bool | None, typer.Option("--amp/--no-amp", help=_help("amp"))] = None,
     clip: Annotated[bool | None, typer.Option("--clip/--no-clip", help=_help("clip"))] = None,
     max_grad_norm: Annotated[float | None, typer.Option(help=_help("max_grad_norm"))] = None,
+    grad_accum: Annotated[int | None, typer.Option(help=_help("grad_accum"))] = None,
     early_stopping: Annotated[
         bool | None,
         typer.Option("--early-stopping/--no-early-stopping", help=_help("early_stopping")),
@@ -295,6 +296,7 @@ def new(
         "amp": amp,
         "clip": clip,
         "max_grad_norm": max_grad_norm,
+        "grad_accum": grad_accum,
         "early_stopping": early_stopping,
         "patience": patience,
         "distributed": distributed,

@@ -169,6 +169,8 @@ class _Checks:
             parts.append("AMP")
         if self.clip:
             parts.append(f"clipping (max norm {self.max_grad_norm})")
+        if self.grad_accum > 1:
+            parts.append(f"gradient accumulation ({self.grad_accum} batches a step)")
         if self.early_stopping:
             parts.append(f"early stopping (patience {self.patience})")
         if self.distributed:

@@ -52,14 +52,24 @@ def _numbers(index: int, scheduler: str) -> dict:
     }
 
 
-# The options that shape the loop: every question with choices (the task, the scheduler) and
-# every switch (AMP, clipping, early stopping, distributed, EMA), in copier.yml's order, with their
-# values.
-# Read from the option definitions, so a new task or switch joins every product below.
+# Numbers that decide which code a project gets, not only a value in it: grad_accum renders
+# the accumulating loop when above 1. Each joins the factors with two values, its default (the
+# code without it) and the value here. 3 is odd, so the tests' small runs (5 batches) fall into
+# ragged windows: a shorter last window, whose last batch is smaller.
+CODE_NUMBERS = {"grad_accum": 3}
+# The options that shape the loop: the code numbers, then every question with choices (the
+# task, the scheduler) and every switch (AMP, clipping, early stopping, distributed, EMA), in
+# copier.yml's order, with their values.
+# Read from the option definitions, so a new task or switch joins every product below. The code
+# numbers come first: the product then lists every combination without them first, in the
+# order and with the spread numbers (_numbers) they had before the numbers joined.
 FACTORS = {
-    name: q.choices if q.choices else (False, True)
-    for name, q in OPTIONS.items()
-    if q.choices or q.type is bool
+    **{name: (OPTIONS[name].default, value) for name, value in CODE_NUMBERS.items()},
+    **{
+        name: q.choices if q.choices else (False, True)
+        for name, q in OPTIONS.items()
+        if q.choices or q.type is bool
+    },
 }
 TASKS = FACTORS["task"]
 
@@ -97,10 +107,13 @@ SWITCH_WORDS = {"amp": ("amp", "fp32"), "distributed": ("ddp", "noddp")}
 
 
 def combo_id(options: Options) -> str:
-    """The factors, e.g. cla-cosine-fp32-noclip-noes (package names are built from it)."""
+    """The factors, e.g. cla-cosine-fp32-noclip-noes-noddp (package names are built from it);
+    a code number follows only when it is not its default, e.g. ...-noddp-gradaccum3."""
     words = []
     for name, values in FACTORS.items():
         value = getattr(options, name)
+        if name in CODE_NUMBERS:
+            continue
         if name == "task":
             words.append(TASK_IDS[value])
         elif values == (False, True):
@@ -108,6 +121,9 @@ def combo_id(options: Options) -> str:
             words.append(SWITCH_WORDS.get(name, (on, "no" + on))[not value])
         else:
             words.append(_short(value, 12))
+    for name in CODE_NUMBERS:
+        if getattr(options, name) != FACTORS[name][0]:
+            words.append(f"{_short(name, 12)}{getattr(options, name)}")
     return "-".join(words)
 
 
@@ -123,6 +139,12 @@ def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
     4, the fewest possible (tests/test_render.py checks); the full product, with distributed as
     a sixth switch and 4 tasks, gets 8 (tasks x schedulers, again the fewest possible). A new
     switch adds a few sets, where the full product doubles.
+
+    A code number (CODE_NUMBERS) keeps the sets chosen without it, with their other values: it
+    is written into them where some choice of its values covers all its pairs (the first such
+    choice, defaults first), and sets are added only for the pairs left. grad_accum fits into
+    the 8 pairwise sets (one 4-bit pattern over the tasks' cosine/plateau pairs is still free),
+    so the covering set stays at 8.
     """
     options_list = COMBOS if options_list is None else list(options_list)
     names = list(FACTORS if factors is None else factors)
@@ -133,10 +155,42 @@ def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
 
     needed = set().union(*map(tuples, options_list))
     chosen = []
+    numbers = [name for name in names if name in CODE_NUMBERS]
+    if numbers:
+        # The code numbers add sets to the set chosen without them (each at its default), which
+        # stays as it was: the sets, their ids and their mutation tables' rows do not change.
+        plain = [o for o in options_list if all(getattr(o, n) == FACTORS[n][0] for n in numbers)]
+        rest = [name for name in names if name not in CODE_NUMBERS]
+        chosen = covering_set(plain, rest, strength)
+        for name in numbers:
+            chosen = _fill_in(chosen, name, needed, tuples, options_list)
+        needed -= set().union(set(), *map(tuples, chosen))
     while needed:
         best = max(options_list, key=lambda o: len(tuples(o) & needed))  # max keeps the first
         chosen.append(best)
         needed -= tuples(best)
+    return chosen
+
+
+def _fill_in(chosen: list, name: str, needed: set, tuples, options_list: list) -> list:
+    """`chosen` with the code number `name` set in each to one of its values, the first choice
+    (in product order, the default first) that covers every needed combination with it; as it
+    was if none does or the choices are too many to try (then sets are added for them). Each
+    set is taken from options_list, with that list's numbers."""
+    values = FACTORS[name]
+    if len(values) ** len(chosen) > 2**16:
+        return chosen
+    by_values = {tuple(getattr(o, f) for f in FACTORS): o for o in options_list}
+    wanted = {t for t in needed if any(factor == name for factor, _ in t)}
+    for choice in itertools.product(values, repeat=len(chosen)):
+        keys = [
+            tuple(v if f == name else getattr(o, f) for f in FACTORS)
+            for o, v in zip(chosen, choice, strict=True)
+        ]
+        if all(key in by_values for key in keys):
+            candidate = [by_values[key] for key in keys]
+            if wanted <= set().union(*map(tuples, candidate)):
+                return candidate
     return chosen
 
 

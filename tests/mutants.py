@@ -130,6 +130,35 @@ def _one(o: Options) -> bool:
     return not o.distributed
 
 
+def _accum(o: Options) -> bool:
+    """The accumulating loop (grad_accum above 1): a different train_one_epoch."""
+    return o.grad_accum > 1
+
+
+def _per_batch(o: Options) -> bool:
+    return o.grad_accum == 1
+
+
+_WINDOW_LOSS = "loss = task.loss(outputs, targets) * (len(targets) / samples)"
+# The accumulating loop's step and EMA update, once per window.
+_WINDOW_STEP = "        optimizer.step()  # R3: update with this window's gradients\n"
+_WINDOW_EMA_UPDATE = (
+    "        if ema is not None:\n"
+    "            ema.update()  # E1: once per window, after its step: the weights it just wrote\n"
+)
+_WINDOW_SCALER_STEP = (
+    "        scaler.step(optimizer)  # R5: skips the update when the gradients overflowed\n"
+    "        scaler.update()  # R14: once per optimizer step, not per batch\n"
+)
+_DDP_EXCHANGE_TESTS = (
+    "tests/test_distributed.py::test_R14_ddp_exchanges_gradients_once_per_window",
+)
+_DDP_WINDOW_TESTS = (
+    "tests/test_distributed.py::"
+    "test_R14_an_accumulated_step_over_uneven_ranks_is_the_whole_window_step",
+)
+
+
 # The distributed rules' mutants run the tests of tests/test_distributed.py that catch them:
 # the sharding checks (in-process), the exchanged gradient (one launch) and the 2-process run
 # (one launch: equal ranks, their histories, the whole validation split, one process).
@@ -175,7 +204,11 @@ MUTANTS = [
     Mutant("R5", "scaler.update never called", "engine.py",
            (Edit("delete", "scaler.update()"),), _amp),
     Mutant("R6", "backward inside autocast", "engine.py",
-           (Edit("replace", _LOSS + "\n        scaler", _LOSS + "\n            scaler"),), _amp),
+           (Edit("replace", _LOSS + "\n        scaler", _LOSS + "\n            scaler"),),
+           lambda o: o.amp and _per_batch(o)),
+    Mutant("R6", "backward inside autocast", "engine.py",  # the line after the loss's
+           (Edit("move_after", "scaler.scale(loss).backward()", _WINDOW_LOSS),),
+           lambda o: o.amp and _accum(o)),
     Mutant("R6", "GradScaler on with bf16", "train.py",
            (Edit("replace", "enabled=amp_dtype == torch.float16", "enabled=True"),), _amp),
     Mutant("R7", "cosine scheduler stepped every batch", "train.py",
@@ -200,7 +233,10 @@ MUTANTS = [
            (Edit("delete", "@torch.no_grad()"),)),
     Mutant("R10", "validation without model.eval", "engine.py", (Edit("delete", "model.eval()"),)),
     Mutant("R11", "loss tensor kept with its graph", "engine.py",
-           (Edit("replace", "losses.append(loss.detach())", "losses.append(loss)"),)),
+           (Edit("replace", "losses.append(loss.detach())", "losses.append(loss)"),), _per_batch),
+    Mutant("R11", "loss tensor kept with its graph", "engine.py",
+           (Edit("replace", "window_loss = window_loss + loss.detach()",
+                 "window_loss = window_loss + loss"),), _accum),
     Mutant("R12", "training loss averaged per batch", "engine.py",
            (Edit("replace", "(per_step * weights).sum().item() / sum(sizes)",
                  "per_step.mean().item()"),), _one),
@@ -213,16 +249,68 @@ MUTANTS = [
     Mutant("R13", "last weights kept instead of the best", "train.py",
            (Edit("delete", ".load_state_dict(best_weights)"),),
            lambda o: o.early_stopping),
+    # Gradient accumulation (grad_accum > 1), caught by the R14 tests of tests/test_contract.py
+    # (and of tests/test_distributed.py for DDP's exchange).
+    Mutant("R14", "loss not weighted by the batch's share of the window", "engine.py",
+           (Edit("replace", " * (len(targets) / samples)", ""),), _accum),
+    Mutant("R14", "loss divided by k (wrong for a shorter window or a smaller batch)",
+           "engine.py",
+           (Edit("replace", "(len(targets) / samples)", "(1 / grad_accum)"),), _accum),
+    Mutant("R14", "zero_grad every batch", "engine.py",
+           (Edit("move_before", "optimizer.zero_grad(", _WINDOW_LOSS),), _accum),
+    Mutant("R14", "optimizer step every batch", "engine.py",
+           (Edit("move_after", "optimizer.step()", "window_loss = window_loss +"),),
+           lambda o: _accum(o) and not o.amp),
+    Mutant("R14", "optimizer step every batch", "engine.py",
+           (Edit("move_after", "scaler.step(optimizer)", "window_loss = window_loss +"),),
+           lambda o: _accum(o) and o.amp),
+    # The usual hand-written loop, `if (i + 1) % k == 0: step, zero_grad`, without the flush at
+    # the end of the epoch: the shorter last window never steps, and its gradients are added
+    # to the next epoch's first window.
+    Mutant("R14", "leftover gradients carried into the next epoch", "engine.py",
+           (Edit("delete", "optimizer.zero_grad("),
+            Edit("replace", "        optimizer.step()  # R3: update with this window's gradients",
+                 "        if len(window) == grad_accum:\n"
+                 "            optimizer.step()\n"
+                 "            optimizer.zero_grad(set_to_none=True)")),
+           lambda o: _accum(o) and not o.amp),
+    Mutant("R14", "leftover gradients carried into the next epoch", "engine.py",
+           (Edit("delete", "optimizer.zero_grad("),
+            Edit("replace", "        scaler.step(optimizer)  # R5: skips the update when the "
+                 "gradients overflowed\n        scaler.update()  # R14: once per optimizer step, "
+                 "not per batch",
+                 "        if len(window) == grad_accum:\n"
+                 "            scaler.step(optimizer)\n"
+                 "            scaler.update()\n"
+                 "            optimizer.zero_grad(set_to_none=True)")),
+           lambda o: _accum(o) and o.amp),
+    Mutant("R14", "DDP all-reduce on every batch (no no_sync)", "engine.py",
+           (Edit("replace", "with contextlib.nullcontext() if last else no_sync():",
+                 "with contextlib.nullcontext():"),),
+           lambda o: _accum(o) and o.distributed, _DDP_EXCHANGE_TESTS),
+    # Without BatchNorm, where one process can compute the window's step (the image CNN has it).
+    Mutant("R14", "DDP exchange weighted by the last batch's samples, not the window's",
+           "distributed.py",
+           (Edit("replace", "self.last += len(inputs[0])", "self.last = len(inputs[0])"),),
+           lambda o: _accum(o) and o.distributed and o.task != "image-classification",
+           _DDP_WINDOW_TESTS),
     Mutant("S1", "nothing seeded", "train.py",
            (Edit("delete", "seed_everything(cfg.seed, cfg.deterministic)"),)),
     # The EMA of the weights (--ema), caught by the contract tests E1-E3.
     Mutant("E1", "EMA updated before the optimizer step", "engine.py",
            (Edit("replace", _OPT_STEP + _EMA_UPDATE, _EMA_UPDATE + _OPT_STEP),),
-           lambda o: o.ema and not o.amp),
+           lambda o: o.ema and not o.amp and _per_batch(o)),
+    Mutant("E1", "EMA updated before the optimizer step", "engine.py",
+           (Edit("replace", _WINDOW_STEP + _WINDOW_EMA_UPDATE, _WINDOW_EMA_UPDATE + _WINDOW_STEP),),
+           lambda o: o.ema and not o.amp and _accum(o)),
     Mutant("E1", "EMA updated before the scaler's step", "engine.py",
            (Edit("replace", _SCALER_STEP, ""),
             Edit("replace", _EMA_CALL, _EMA_CALL + _SCALER_STEP)),
-           lambda o: o.ema and o.amp),
+           lambda o: o.ema and o.amp and _per_batch(o)),
+    Mutant("E1", "EMA updated before the scaler's step", "engine.py",
+           (Edit("replace", _WINDOW_SCALER_STEP, ""),
+            Edit("replace", _EMA_CALL, _EMA_CALL + _WINDOW_SCALER_STEP)),
+           lambda o: o.ema and o.amp and _accum(o)),
     Mutant("E1", "EMA updated on the steps the scaler skipped", "engine.py",
            (Edit("replace", "not scaler.is_enabled() or applied_updates(optimizer) > ema.updates",
                  "True"),), lambda o: o.ema and o.amp),

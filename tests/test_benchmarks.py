@@ -144,3 +144,17 @@ def test_quick_epoch_costs_benchmark_writes_its_table(tmp_path):
             "fit beyond training: validation, metrics, checkpoints, per epoch",
         ):
             assert re.search(rf"\| {re.escape(task)} \| \| {re.escape(row)} \| {signed} \| ", table)
+
+
+def test_quick_grad_accum_benchmark_writes_its_table(tmp_path):
+    # One task keeps it under a minute; the 2-process part runs too, so its worker cannot rot.
+    command = ["benchmarks/grad_accum.py", "--quick", "--tasks", "classification"]
+    result = run([PYTHON, *command, "--out", str(tmp_path)], REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "grad_accum.md").read_text()
+    assert "Command: `python benchmarks/grad_accum.py --quick --tasks classification" in table
+    number = r"\d+\.\d+ \(\d+\.\d+-\d+\.\d+\)"
+    for loop in ("grad_accum 4, batches of 64", "grad_accum 1, batches of 256"):
+        assert re.search(rf"\| {re.escape(loop)} \| {number} \|", table), loop
+    for loop in ("no_sync on all but a window's last batch", "all-reduce on every batch"):
+        assert re.search(rf"\| {re.escape(loop)} \| {number} \|", table), loop

@@ -11,7 +11,7 @@ from tests.mutants import CASES, COVERING, MUTANTS, MutationError, apply_edit, c
 
 def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
     rules = {m.rule for m in MUTANTS}
-    assert rules == {f"R{i}" for i in range(1, 14)} | {
+    assert rules == {f"R{i}" for i in range(1, 15)} | {
         "S1",
         "S2",
         "D2",
@@ -28,6 +28,7 @@ def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
     # Each switch that changes how rules are written is seen both on and off.
     for name in ("amp", "clip", "early_stopping", "distributed", "ema"):
         assert {getattr(o, name) for o in COVERING} == {False, True}, name
+    assert {o.grad_accum for o in COVERING} == {1, 3}
     assert {o.scheduler for o in COVERING} == {"cosine", "plateau"}
     assert {o.task for o in COVERING} == set(TASKS)
 

@@ -96,6 +96,7 @@ def test_long_names_are_shortened_in_the_message():
         (Options(clip=True, max_grad_norm=-1.0), "--max-grad-norm -1.0: must be a finite"),
         (Options(seed=-1), "--seed -1: must be between 0 and 4294967295"),
         (Options(seed=2**32), "--seed 4294967296: must be between 0 and 4294967295"),
+        (Options(grad_accum=0), "--grad-accum 0: must be between 1 and 1000000"),
         (Options(early_stopping=True, patience=0), "--patience 0: must be between 1 and 1000000"),
         (
             Options(scheduler="plateau", plateau_patience=-1),
@@ -129,6 +130,8 @@ def test_as_a_setting_the_option_is_named_as_scaffold_update_set_writes_it():
     [
         Options(seed=0),
         Options(seed=2**32 - 1),
+        Options(grad_accum=1),
+        Options(grad_accum=10**6),
         Options(clip=True, max_grad_norm=1e-6),
         Options(early_stopping=True, patience=1),
         Options(scheduler="plateau", plateau_patience=0),
@@ -146,7 +149,8 @@ def test_boundary_values_are_accepted(options):
 
 
 def test_answers_carry_follow_up_values_only_when_switched_on():
-    basic = {"task", "scheduler", "amp", "clip", "early_stopping", "distributed", "ema", "seed"}
+    basic = {"task", "scheduler", "amp", "clip", "grad_accum", "early_stopping", "distributed"}
+    basic |= {"ema", "seed"}
     assert set(Options().answers()) == basic
     full = Options(scheduler="plateau", clip=True, early_stopping=True, ema=True).answers()
     assert set(full) == basic | {"plateau_patience", "max_grad_norm", "patience", "ema_decay"}

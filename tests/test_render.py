@@ -14,6 +14,7 @@ import pytest
 
 from scaffold.options import OPTIONS, Options, project_names
 from tests.conftest import (
+    CODE_NUMBERS,
     COMBOS,
     COVERING,
     FACTORS,
@@ -76,11 +77,18 @@ def pairs_of(options: Options, names) -> set:
 def test_combinations_are_the_product_of_every_choice_and_switch():
     # Counted from copier.yml independently of conftest: each question with choices, and
     # each yes/no question, multiplies the combinations.
+    # The code numbers (CODE_NUMBERS: int options that decide which code is rendered) add two
+    # values each.
     shaping = [q for q in OPTIONS.values() if q.choices or q.type is bool]
-    assert [q.name for q in shaping] == list(FACTORS)
+    assert [q.name for q in shaping] == [name for name in FACTORS if name not in CODE_NUMBERS]
     assert {"task", "scheduler", "amp", "clip", "early_stopping", "distributed"} <= set(FACTORS)
+    assert {"grad_accum"} <= set(CODE_NUMBERS) <= set(FACTORS)
+    for name, value in CODE_NUMBERS.items():
+        assert OPTIONS[name].type is int and FACTORS[name] == (OPTIONS[name].default, value)
     assert TASKS == OPTIONS["task"].choices and len(TASKS) >= 2
-    assert len(COMBOS) == math.prod(len(q.choices or (False, True)) for q in shaping)
+    assert len(COMBOS) == math.prod(len(q.choices or (False, True)) for q in shaping) * 2 ** len(
+        CODE_NUMBERS
+    )
     assert len({factor_values(o) for o in COMBOS}) == len(COMBOS)
     assert factor_values(COMBOS[0]) == factor_values(Options())  # the defaults come first
     for options in COMBOS:
@@ -95,7 +103,9 @@ def test_combo_ids_are_unique_and_make_valid_package_names():
     assert len(set(ids)) == len(ids)
     assert ids[0] == "cla-cosine-fp32-noclip-noes-noddp-noema"
     for options, name in zip(COMBOS, ids, strict=True):
-        assert len(name.split("-")) == len(FACTORS), name
+        # A code number's word only where it is not its default: the ids without it stay.
+        numbers = sum(getattr(options, n) != FACTORS[n][0] for n in CODE_NUMBERS)
+        assert len(name.split("-")) == len(FACTORS) - len(CODE_NUMBERS) + numbers, name
         assert re.fullmatch(r"proj_[a-z0-9_]+", package_of(options)), name  # or UsageError
 
 
@@ -126,6 +136,19 @@ def test_the_covering_set_covers_every_pair_of_values_in_few_combinations():
     assert COVERING == covering_set()  # deterministic: the same set on every run
     assert factor_values(COVERING[0]) == factor_values(Options())
     assert len(COVERING) <= len(COMBOS) / 4, [combo_id(o) for o in COVERING]
+    # A code number is written into the sets chosen without it, which keep their other
+    # values: grad_accum fits into them (no set added), on in one of each task's two sets.
+    plain = [o for o in COMBOS if all(getattr(o, n) == FACTORS[n][0] for n in CODE_NUMBERS)]
+    rest = [name for name in FACTORS if name not in CODE_NUMBERS]
+    without = covering_set(plain, rest)
+    assert len(COVERING) == len(without) == 2 * len(TASKS), [combo_id(o) for o in COVERING]
+    for options, plain_options in zip(COVERING, without, strict=True):
+        assert [getattr(options, n) for n in rest] == [getattr(plain_options, n) for n in rest]
+    for task in TASKS:
+        assert sorted(o.grad_accum for o in COVERING if o.task == task) == [
+            1,
+            CODE_NUMBERS["grad_accum"],
+        ]
 
 
 def test_the_three_way_set_covers_every_three_values_and_the_tiers_split_the_renders():
@@ -240,7 +263,10 @@ def test_every_module_imports_and_every_test_file_collects(render_combo, options
     # `distributed`: a checkpoint holds the same states with it and without it, so a run
     # started as one project resumes in the other. `ema` only when on: a project rendered
     # without it is byte for byte what scaffold rendered before the option existed.
-    recorded = {name: getattr(options, name) for name in FACTORS if name != "distributed"}
+    # Nor the code numbers: grad_accum is a setting in the checkpoint's config, which a resume
+    # checks with the other settings.
+    skipped = {"distributed", *CODE_NUMBERS}
+    recorded = {name: getattr(options, name) for name in FACTORS if name not in skipped}
     if not options.ema:
         del recorded["ema"]
     assert report["project"] == {"package": package, **recorded}

@@ -138,13 +138,8 @@ def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
     (task, scheduler, AMP, clipping, early stopping) it finds 6 sets for 2 or 3 tasks and 8 for
     4, the fewest possible (tests/test_render.py checks); the full product, with distributed as
     a sixth switch and 4 tasks, gets 8 (tasks x schedulers, again the fewest possible). A new
-    switch adds a few sets, where the full product doubles.
-
-    A code number (CODE_NUMBERS) keeps the sets chosen without it, with their other values: it
-    is written into them where some choice of its values covers all its pairs (the first such
-    choice, defaults first), and sets are added only for the pairs left. grad_accum fits into
-    the 8 pairwise sets (one 4-bit pattern over the tasks' cosine/plateau pairs is still free),
-    so the covering set stays at 8.
+    switch adds a few sets, where the full product doubles. A code number (CODE_NUMBERS) keeps
+    the set chosen without it and adds sets for its pairs: grad_accum adds 4, one per task.
     """
     options_list = COMBOS if options_list is None else list(options_list)
     names = list(FACTORS if factors is None else factors)
@@ -162,35 +157,11 @@ def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
         plain = [o for o in options_list if all(getattr(o, n) == FACTORS[n][0] for n in numbers)]
         rest = [name for name in names if name not in CODE_NUMBERS]
         chosen = covering_set(plain, rest, strength)
-        for name in numbers:
-            chosen = _fill_in(chosen, name, needed, tuples, options_list)
         needed -= set().union(set(), *map(tuples, chosen))
     while needed:
         best = max(options_list, key=lambda o: len(tuples(o) & needed))  # max keeps the first
         chosen.append(best)
         needed -= tuples(best)
-    return chosen
-
-
-def _fill_in(chosen: list, name: str, needed: set, tuples, options_list: list) -> list:
-    """`chosen` with the code number `name` set in each to one of its values, the first choice
-    (in product order, the default first) that covers every needed combination with it; as it
-    was if none does or the choices are too many to try (then sets are added for them). Each
-    set is taken from options_list, with that list's numbers."""
-    values = FACTORS[name]
-    if len(values) ** len(chosen) > 2**16:
-        return chosen
-    by_values = {tuple(getattr(o, f) for f in FACTORS): o for o in options_list}
-    wanted = {t for t in needed if any(factor == name for factor, _ in t)}
-    for choice in itertools.product(values, repeat=len(chosen)):
-        keys = [
-            tuple(v if f == name else getattr(o, f) for f in FACTORS)
-            for o, v in zip(chosen, choice, strict=True)
-        ]
-        if all(key in by_values for key in keys):
-            candidate = [by_values[key] for key in keys]
-            if wanted <= set().union(*map(tuples, candidate)):
-                return candidate
     return chosen
 
 

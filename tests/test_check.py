@@ -1440,6 +1440,44 @@ def test_bad_paths_are_one_line_each_and_the_rest_is_checked(tmp_path):
     assert invoke().exit_code == 2  # no path at all
 
 
+# Deep nesting in each form an expression takes: a chain of unary operators, of binary ones
+# (nested on the left), of brackets and of calls. Python's own parser gives up on some of these
+# (a RecursionError, a MemoryError or "too many nested parentheses"), and then check must too,
+# in one line; where Python parses the file, the findings in it are still reported.
+NESTINGS = {
+    "unary": lambda n: "-" * n + "loss",
+    "binary": lambda n: "+".join(["loss"] * n),
+    "brackets": lambda n: "[" * n + "loss" + "]" * n,
+    "calls": lambda n: "f(" * n + "loss" + ")" * n,
+}
+
+
+@pytest.mark.parametrize("form", NESTINGS)
+@pytest.mark.parametrize("depth", [50, 180, 900, 5000, 30000])
+def test_deeply_nested_code_is_checked_or_refused_in_one_line(tmp_path, form, depth):
+    line = "        total = " + NESTINGS[form](depth) + "\n"
+    text = BUGGY.replace("        loss.backward()\n", line + "        loss.backward()\n")
+    (tmp_path / "deep.py").write_text(text)
+    (tmp_path / "loop.py").write_text(BUGGY)
+    try:
+        compile(text, "deep.py", "exec")
+        parses = True
+    except (SyntaxError, RecursionError, MemoryError):
+        parses = False
+    result = invoke(str(tmp_path))
+    assert "Traceback" not in result.output
+    deep = [line for line in result.stdout.splitlines() if "deep.py" in line]
+    assert [line for line in result.stdout.splitlines() if "loop.py:" in line]  # still checked
+    if parses:
+        assert result.exit_code == 1 and result.stderr == ""
+        assert any("SCF201" in line for line in deep), result.stdout  # its bug is still found
+    else:
+        assert result.exit_code == 2 and deep == []
+        [error] = result.stderr.splitlines()
+        assert error.startswith(f"error: {tmp_path / 'deep.py'}"), error
+        assert re.search(r"too deeply for Python's parser|too many nested parentheses", error)
+
+
 def test_hidden_and_environment_folders_are_skipped(tmp_path):
     for folder in (".venv", "venv", "__pycache__", ".git"):
         (tmp_path / folder).mkdir()

@@ -108,6 +108,8 @@ def read_source(path: str) -> Source:
         ) from None
     except ValueError as err:  # e.g. a null byte
         raise Unreadable(f"{path}: cannot parse: {err}") from None
+    except (RecursionError, MemoryError):  # e.g. 10^5 unary minuses: Python's parser gives up
+        raise Unreadable(f"{path}: nested too deeply for Python's parser; not checked") from None
     return Source(path, tree, text, encoding)
 
 

@@ -165,6 +165,8 @@ def user_source(path: str, ref: str | None, ref_flag: str = "--vcs-ref") -> Sour
             )
         source = Source(str(local.absolute()), ref)
         if not _is_repository_root(local) and not local.is_file():
+            if ref is not None and shutil.which("git") is None:
+                raise UsageError(f"{ref_flag} {ref}: refs are read with git: install git first")
             if ref is not None:
                 raise UsageError(f"{ref_flag} {ref}: {path} is a plain folder, without git refs")
             return source  # a plain folder renders as it is, without history
@@ -197,6 +199,10 @@ class History:
 
     def __enter__(self) -> "History":
         path = self.source.path
+        if shutil.which("git") is None:  # every kind of source's history is read with git
+            raise ScaffoldError(
+                f"{path}'s history is read with git, not on PATH: install git first"
+            )
         if self.remote:
             self.refs = _list_remote_refs(path)
         elif not Path(path).exists():

@@ -9,6 +9,7 @@ puts back the exact commit and tree the project had: an update applies whole or 
 import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import warnings
 from dataclasses import dataclass
@@ -108,8 +109,14 @@ def refuse_unused_sets(sets: dict, options: Options) -> None:
                 )
 
 
+NO_GIT = "git is not on PATH; scaffold update merges your edits with git: install git first"
+
+
 def git(project: Path, *args: str, check: bool = True) -> str:
-    result = subprocess.run(["git", *args], cwd=project, capture_output=True, text=True)
+    try:
+        result = subprocess.run(["git", *args], cwd=project, capture_output=True, text=True)
+    except FileNotFoundError:  # git left PATH (or was removed) while the update ran
+        raise ScaffoldError(NO_GIT) from None
     if check and result.returncode != 0:
         lines = result.stderr.strip().splitlines() or [f"exit code {result.returncode}"]
         reason = next((line for line in lines if line.startswith("fatal:")), lines[0])
@@ -121,10 +128,10 @@ def check_clean_repository(project: Path) -> None:
     """Refuse a project that is not in git or has uncommitted changes, naming them."""
     if not project.is_dir():
         raise UsageError(f"{project} is not a folder")
-    inside = subprocess.run(
-        ["git", "rev-parse", "--is-inside-work-tree"], cwd=project, capture_output=True, text=True
-    )
-    if inside.stdout.strip() != "true":
+    if shutil.which("git") is None:
+        raise ScaffoldError(NO_GIT)
+    inside = git(project, "rev-parse", "--is-inside-work-tree", check=False)
+    if inside.strip() != "true":
         raise ScaffoldError(
             f"{project} is not in a git repository; updates merge your edits with git: "
             "run git init && git add -A && git commit -m 'Generated project' first"

@@ -389,6 +389,40 @@ def test_random_bytes_as_a_bundle_are_one_line(tmp_path, template_repo):
     assert state(project) == before
 
 
+def without_git(monkeypatch, tmp_path) -> None:
+    """PATH holds only a folder without git (nothing else these commands run is looked up)."""
+    empty = tmp_path / "no-git-here"
+    empty.mkdir(exist_ok=True)
+    monkeypatch.setenv("PATH", str(empty))
+
+
+# Every command that needs git, run with git gone from PATH: one line that says to install it,
+# and nothing written or changed (the project keeps its commit and clean tree).
+@pytest.mark.parametrize(
+    "command",
+    ["update", "update --check", "update --set amp=true", "update --template BUNDLE",
+     "new --template BUNDLE", "new --template REPO --vcs-ref HEAD"],
+)  # fmt: skip
+def test_without_git_every_command_that_needs_it_says_so_in_one_line(
+    tmp_path, template_repo, monkeypatch, command
+):
+    project = new_project(tmp_path, template_repo)
+    bundle = tmp_path / "template.bundle"
+    git(template_repo, "bundle", "create", str(bundle), "--all")
+    before = state(project)
+    words = command.replace("BUNDLE", str(bundle)).replace("REPO", str(template_repo)).split()
+    target = tmp_path / "other"
+    args = [words[0], str(project if words[0] == "update" else target), *words[1:]]
+    without_git(monkeypatch, tmp_path)
+    result = runner.invoke(cli.app, [*args, "-y", "--no-smoke"] if words[0] == "new" else args)
+    assert result.exit_code in (1, 2), result.output
+    [line] = result.output.splitlines()
+    assert line.startswith("error: ") and "install git first" in line, line
+    monkeypatch.undo()
+    assert state(project) == before
+    assert not target.exists()
+
+
 def test_remote_hash_that_is_no_tip_is_left_to_the_update(tmp_path, template_repo):
     first = git(template_repo, "rev-parse", "HEAD")
     release_version_b(template_repo)

@@ -9,10 +9,12 @@ next run beside it removes once its owner is gone.
 import contextlib
 import filecmp
 import hashlib
+import io
 import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -146,14 +148,17 @@ def render_project(
 
 def _run_copier(source: Source, out: Path, data: dict, tmp: Path) -> None:
     import copier
-    from copier.errors import CopierError
+    from copier.errors import CopierError, InvalidConfigFileError
 
     tmp.mkdir()
     # copier clones the template into the temporary folder; inside the staging folder the
     # clone goes away with it, also when a killed run's staging folder is removed later.
     saved, tempfile.tempdir = tempfile.tempdir, str(tmp)
+    # copier prints a broken copier.yml as a block on stderr before raising: held back here,
+    # and passed on unless it is that block (the error below says it in one line).
+    printed = io.StringIO()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.redirect_stderr(printed):
             # A source checkout with uncommitted edits renders them, and copier warns each time.
             warnings.simplefilter("ignore")
             copier.run_copy(
@@ -166,6 +171,12 @@ def _run_copier(source: Source, out: Path, data: dict, tmp: Path) -> None:
                 quiet=True,
                 overwrite=True,
             )
+    except InvalidConfigFileError as err:  # it names the file in copier's temporary clone
+        printed = None
+        raise ScaffoldError(
+            f"the template's {Path(str(err)).name} ({source.path}) is not valid YAML: "
+            f"{_yaml_problem(err.__cause__)}"
+        ) from None
     except (CopierError, ValueError) as err:  # copier reports bad answers as ValueError
         raise ScaffoldError(f"copier could not render the template: {first_line(err)}") from None
     except OSError as err:
@@ -176,6 +187,15 @@ def _run_copier(source: Source, out: Path, data: dict, tmp: Path) -> None:
         ) from None
     finally:
         tempfile.tempdir = saved
+        if printed is not None and printed.getvalue():
+            sys.stderr.write(printed.getvalue())
+
+
+def _yaml_problem(err: BaseException | None) -> str:
+    """A YAML error's problem and where it is, in one line."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or (first_line(err) if err else "unreadable")
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
 
 
 def _make_parents(folder: Path) -> list[Path]:

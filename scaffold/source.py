@@ -164,6 +164,12 @@ def user_source(path: str, ref: str | None, ref_flag: str = "--vcs-ref") -> Sour
                 "URL (git@host:team/repo.git, https://host/team/repo.git, gh:team/repo)"
             )
         source = Source(str(local.absolute()), ref)
+        if local.is_dir() and ref is None and not any(local.glob("copier.y*ml")):
+            # copier would render every file of the folder as the project (any folder, any
+            # size): not a template.
+            raise UsageError(
+                f"{path} is not a copier template: it has no copier.yml (or copier.yaml)"
+            )
         if not _is_repository_root(local) and not local.is_file():
             if ref is not None and shutil.which("git") is None:
                 raise UsageError(f"{ref_flag} {ref}: refs are read with git: install git first")

@@ -5,6 +5,8 @@ Remote sources are hosts under .invalid (a name that never resolves) and gh: sho
 rewritten to such a host, so these tests behave the same with or without a network.
 """
 
+import re
+import shutil
 import subprocess
 import tempfile
 
@@ -345,6 +347,52 @@ def test_new_from_an_unreachable_url_is_one_line_and_writes_nothing(tmp_path, ki
     )
     one_line_error(result, 1, f"cannot reach {UNREACHABLE[kind]}: ")
     assert not [p.name for p in tmp_path.iterdir() if p.name == "p" or p.name.startswith(".p.")]
+
+
+def test_new_from_a_folder_without_copier_yml_is_refused_and_writes_nothing(tmp_path):
+    # copier would render every file of any folder as the project.
+    folder = tmp_path / "not-a-template"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "big.bin").write_bytes(bytes(1 << 20))
+    (folder / "copier.yml.bak").write_text("task: x\n")  # a name that only looks like one
+    result = runner.invoke(
+        cli.app, ["new", str(tmp_path / "p"), "-y", "--no-smoke", "--template", str(folder)]
+    )
+    one_line_error(result, 2, f"{folder} is not a copier template: it has no copier.yml")
+    assert not (tmp_path / "p").exists()
+
+
+# copier.yml broken in ways people break YAML: an unclosed bracket, a key indented under a
+# value, a tab for indentation, an unclosed quote. In a folder, a git repository and a bundle
+# (copier reads the last two from a temporary clone, whose path must not be the one named).
+BROKEN_YAML = {
+    "bracket": "task: [classification\n",
+    "indent": "task:\n  type: str\n   default: x\n",
+    "tab": "task:\n\ttype: str\n",
+    "quote": 'task: "classification\n',
+}
+
+
+@pytest.mark.parametrize("kind", ["folder", "repository", "bundle"])
+@pytest.mark.parametrize("broken", BROKEN_YAML)
+def test_a_broken_copier_yml_is_one_line_naming_the_template_and_where(
+    tmp_path, template_repo, kind, broken
+):
+    (template_repo / "copier.yml").write_text(BROKEN_YAML[broken])
+    source = template_repo
+    if kind != "folder":
+        commit_all(template_repo, "broken")
+    if kind == "bundle":
+        source = tmp_path / "template.bundle"
+        git(template_repo, "bundle", "create", str(source), "--all")
+    if kind == "folder":
+        shutil.rmtree(template_repo / ".git")
+    result = runner.invoke(
+        cli.app, ["new", str(tmp_path / "p"), "-y", "--no-smoke", "--template", str(source)]
+    )
+    one_line_error(result, 1, f"the template's copier.yml ({source}) is not valid YAML: ")
+    assert re.search(r"\(line \d+, column \d+\)$", result.output.strip()), result.output
+    assert not (tmp_path / "p").exists()
 
 
 def test_new_with_an_unknown_vcs_ref_names_it(tmp_path, template_repo):

@@ -6,6 +6,7 @@ Everything that can be checked is checked before the project changes, and a fail
 puts back the exact commit and tree the project had: an update applies whole or not at all.
 """
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -270,8 +271,42 @@ def update_project(
     the project is put back to the commit and tree it had.
     """
     project = Path(project).absolute()
-    answers = read_project_answers(project)
+    read_project_answers(project)  # a project scaffold made, or one line saying what it is not
     check_clean_repository(project)
+    with update_lock(project):
+        # Checked again holding the lock: an update that finished meanwhile may have left
+        # changes to review (conflicts, or its result not committed yet).
+        check_clean_repository(project)
+        return _update_locked(project, read_project_answers(project), sets, to, template)
+
+
+@contextlib.contextmanager
+def update_lock(project: Path):
+    """Hold the project's update lock (a file in its git folder, locked with flock) while the
+    block runs; a second update of the same project meanwhile is refused in one line. The
+    kernel releases the lock when the process ends, however it ends."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; updates there are not guarded against each other
+        yield
+        return
+    path = Path(git(project, "rev-parse", "--absolute-git-dir")) / "scaffold-update.lock"
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ScaffoldError(
+                f"another scaffold update is running in {project}; wait for it to finish"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _update_locked(
+    project: Path, answers: dict, sets: dict, to: str | None, template: str | None
+) -> UpdateResult:
     current = {key: answers[key] for key in CHANGEABLE if key in answers}
     options = checked_options(current, sets)
     plan = plan_update(answers, template, to)

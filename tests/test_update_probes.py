@@ -8,6 +8,7 @@ rewritten to such a host, so these tests behave the same with or without a netwo
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -469,6 +470,42 @@ def test_without_git_every_command_that_needs_it_says_so_in_one_line(
     monkeypatch.undo()
     assert state(project) == before
     assert not target.exists()
+
+
+HOLD_LOCK = """
+import fcntl, sys, time
+lock = open(sys.argv[1], "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["--set", "amp=true"]])
+def test_a_second_update_while_one_runs_is_refused_and_changes_nothing(
+    tmp_path, template_repo, args
+):
+    # Another process holds the update lock, as a running update does: this one is refused in
+    # one line and touches nothing; once that process is gone, the update runs.
+    project = new_project(tmp_path, template_repo)
+    release_version_b(template_repo)
+    before = state(project)
+    lock = project / ".git" / "scaffold-update.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = update(project, *args)
+        one_line_error(result, 1, f"another scaffold update is running in {project}; wait")
+        assert state(project) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    result = update(project, *args)
+    assert result.exit_code == 0, result.output
+    assert git(project, "rev-parse", "HEAD") == before[0]  # updated, left for the user to commit
+    assert git(project, "status", "--porcelain") != ""
 
 
 def test_remote_hash_that_is_no_tip_is_left_to_the_update(tmp_path, template_repo):

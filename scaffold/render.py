@@ -180,7 +180,7 @@ def _run_copier(source: Source, out: Path, data: dict, tmp: Path) -> None:
     except (CopierError, ValueError) as err:  # copier reports bad answers as ValueError
         raise ScaffoldError(f"copier could not render the template: {first_line(err)}") from None
     except OSError as err:
-        raise ScaffoldError(f"cannot render the template: {err.strerror}: {err.filename}") from None
+        raise ScaffoldError(f"cannot render the template: {_os_reason(err)}") from None
     except Exception as err:  # noqa: BLE001 - a --template fork can fail in its own Jinja code
         raise ScaffoldError(
             f"the template failed to render: {type(err).__name__}: {first_line(err)}"
@@ -189,6 +189,20 @@ def _run_copier(source: Source, out: Path, data: dict, tmp: Path) -> None:
         tempfile.tempdir = saved
         if printed is not None and printed.getvalue():
             sys.stderr.write(printed.getvalue())
+
+
+def _os_reason(err: OSError) -> str:
+    """What went wrong, in one line: the system's reason and the file, or for a command copier
+    ran (git, whose failures plumbum reports as an OSError without either) its complaint."""
+    if err.strerror:
+        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    said = [line.strip() for line in str(getattr(err, "stderr", "") or "").splitlines()]
+    said = [line for line in said if line]
+    complaint = next((line for line in said if line.startswith(("fatal:", "error:"))), None)
+    if complaint or said:
+        command = " ".join(map(str, getattr(err, "argv", None) or ["git"]))
+        return f"{command} failed: {complaint or said[0]}"
+    return first_line(err)
 
 
 def _yaml_problem(err: BaseException | None) -> str:

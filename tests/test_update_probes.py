@@ -396,6 +396,28 @@ def test_a_broken_copier_yml_is_one_line_naming_the_template_and_where(
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize("template", ["builtin", "repository"])
+def test_a_broken_git_config_is_one_line_with_gits_complaint(
+    tmp_path, template_repo, monkeypatch, template
+):
+    # copier runs git (a clone of the template), and git refuses a broken global config;
+    # plumbum reports that as an OSError without a reason or a file ("None: None").
+    # In a process of its own: plumbum (copier's runner of git) copies the environment once,
+    # when it is first imported, so a variable set by a test in this process would not reach it.
+    config = tmp_path / "gitconfig"
+    config.write_text("[user\nname = x\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    args = [] if template == "builtin" else ["--template", str(template_repo)]
+    command = [sys.executable, "-m", "scaffold", "new", str(tmp_path / "p"), "-y", "--no-smoke"]
+    result = subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode in (1, 2), result.stdout + result.stderr
+    assert result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "None" not in line, line
+    assert f"bad config line 1 in file {config}" in line, line
+    assert not (tmp_path / "p").exists()
+
+
 def test_new_with_an_unknown_vcs_ref_names_it(tmp_path, template_repo):
     result = runner.invoke(
         cli.app,

@@ -1293,12 +1293,22 @@ ENGINE_MUTANTS = {
     "nothing seeded": "SCF3101",
     "EMA updated before the optimizer step": "SCF302",
     "EMA updated before the scaler's step": "SCF302",
+    "loss not weighted by the batch's share of the window": "SCF1401",
+    "zero_grad every batch": "SCF1402",
+    # The step moved into the window's inner loop, where no zero_grad runs between steps: seen
+    # as that loop's missing zero_grad (SCF1403 wants the k-th-batch step of a flat loop).
+    "optimizer step every batch": "SCF202",
 }
-# Found in some combinations only, with the reason.
+# Found in some combinations only: the code expected, and where it is out of reach.
 PARTLY = {
     # The distributed combinations reduce the per-step losses across processes first: the
-    # per-batch mean is then a sum over a stacked tensor, no mean() or len() to read.
+    # per-batch mean is then a sum over a stacked tensor, no mean() or len() to read. The
+    # accumulating loop (grad_accum > 1) appends a window's loss, summed over its batches in an
+    # inner loop, which the check does not trace back to the loss.
     "training loss averaged per batch": "SCF1201",
+}
+OUT_OF_REACH = {
+    "training loss averaged per batch": lambda o: o.distributed or o.grad_accum > 1,
 }
 
 
@@ -1333,7 +1343,7 @@ def test_mutation_suite_bugs_in_generated_projects(render_combo, tmp_path, capsy
             expected = ENGINE_MUTANTS.get(mutant.bug) or PARTLY.get(mutant.bug)
             found = expected in codes if expected else bool(codes)
             outcomes.setdefault((mutant.rule, mutant.bug), []).append(found)
-            if mutant.bug in PARTLY and options.distributed:
+            if mutant.bug in PARTLY and OUT_OF_REACH[mutant.bug](options):
                 continue
             if expected and not found:
                 missed.append(f"{combo_id(options)}: {mutant.bug}: {sorted(codes)}")
@@ -1341,7 +1351,7 @@ def test_mutation_suite_bugs_in_generated_projects(render_combo, tmp_path, capsy
         print("\nscaffold check on the mutation suite's bugs in generated projects:")
         for (rule, bug), hits in outcomes.items():
             reach = "" if bug in ENGINE_MUTANTS else "  (not expected: see ENGINE_MUTANTS)"
-            reach = "  (one process only: see PARTLY)" if bug in PARTLY else reach
+            reach = "  (some combinations: see PARTLY)" if bug in PARTLY else reach
             print(f"  {rule:4} {sum(hits)}/{len(hits)} {bug}{reach}")
     assert not missed, "\n".join(missed)
     assert set(ENGINE_MUTANTS) <= {bug for _, bug in outcomes}, "a listed bug never applied"

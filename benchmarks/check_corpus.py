@@ -456,6 +456,291 @@ verdict(
     "that put the model in eval; an `if a and b:` after `if a:` is now read as implied",
 )
 
+
+# Issue: precision on repositories nobody here had looked at (11 new ones, see docs/check-recall.md).
+
+verdict(
+    "clovaai+deep-text-recognition-benchmark",
+    "test.py",
+    "SCF1001",
+    "for i, (image_tensors, labels) in enumerate(evaluation_loader):",
+    F,
+    "validation() is only ever called under no_grad, through benchmark_all_eval() two callers up (fixed: callers are followed three levels)",
+)
+verdict(
+    "facebookresearch+barlowtwins",
+    "evaluate.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "--weights freeze: the backbone is put in eval for the training pass on purpose, each epoch (fixed)",
+)
+verdict(
+    "facebookresearch+barlowtwins",
+    "evaluate.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "the next epoch sets the mode again: train() for finetune, eval() on purpose for freeze, else assert False (fixed)",
+)
+verdict(
+    "facebookresearch+moco-v3",
+    "main_lincls.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "linear probe: train() puts the frozen backbone in eval on purpose, as its comment says (fixed)",
+)
+verdict(
+    "facebookresearch+moco",
+    "main_lincls.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "linear probe: train() puts the frozen backbone in eval on purpose, as its comment says (fixed)",
+)
+verdict(
+    "facebookresearch+simsiam",
+    "main_lincls.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "linear probe: train() puts the frozen backbone in eval on purpose, as its comment says (fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/ASR/Adapter/data_load.py",
+    "SCF1501",
+    "train_sampler = torch.utils.data.distributed.DistributedSampler(trainset)",
+    T,
+    "DistributedSampler and set_epoch() is never called anywhere in the project: the same shuffle every epoch",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/ASR/Adapter/data_load.py",
+    "SCF1501",
+    "train_sampler = torch.utils.data.distributed.DistributedSampler(trainset)",
+    T,
+    "DistributedSampler and set_epoch() is never called anywhere in the project: the same shuffle every epoch",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/ASR/CMatch/data_load.py",
+    "SCF1501",
+    "train_sampler = torch.utils.data.distributed.DistributedSampler(trainset)",
+    T,
+    "DistributedSampler and set_epoch() is never called anywhere in the project: the same shuffle every epoch",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/ASR/Adapter/train.py",
+    "SCF401",
+    "grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)",
+    F,
+    "clip_grad_norm_ runs between backward() and step() in a meta-learning inner loop (not fixed: cause not found in time)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/DaNN/main.py",
+    "SCF1002",
+    "for batch_id, (data, target) in enumerate(data_tar):",
+    F,
+    "model.eval() is the first statement inside the evaluation loop, before the forward (not fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_adv/DNNtest/eval_nc.py",
+    "SCF1001",
+    "for i, (images, label) in enumerate(loader):",
+    F,
+    "a PGD attack: the loop calls torch.autograd.grad, no_grad would break it (fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_adv/DNNtest/eval_nc.py",
+    "SCF1001",
+    "for i, (images, label) in enumerate(loader):",
+    F,
+    "a PGD attack: the loop calls torch.autograd.grad, no_grad would break it (fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_adv/DNNtest/eval_nc.py",
+    "SCF1001",
+    "for idx, (images, label) in enumerate(loader):",
+    F,
+    "a PGD attack: the loop calls torch.autograd.grad, no_grad would break it (fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_adv/distillation_training.py",
+    "SCF1002",
+    "for i, (batch, label) in enumerate(loader):",
+    F,
+    "test() puts the model in eval; the teacher is put in eval before the step loop, which runs it under no_grad (not fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_adv/eval_robustness.py",
+    "SCF1001",
+    "for i, (batch, label) in enumerate(loader):",
+    D,
+    "adversary.perturb() needs autograd; only the clean forward could run under no_grad",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_adv/finetuner.py",
+    "SCF1101",
+    "ce_loss_meter.update(loss)",
+    T,
+    "MovingAverageMeter.update() keeps avg = m * avg + (1 - m) * loss: a tensor chaining every step's graph",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_adv/utils.py",
+    "SCF1001",
+    "for i, (batch, label, adv_batch, adv_label) in enumerate(test_loader):",
+    T,
+    "advtest_fast(): a plain evaluation over saved adversarial batches with autograd on (the function is never called)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_backdoor/eval_robustness.py",
+    "SCF1001",
+    "for i, (batch, label) in enumerate(loader):",
+    D,
+    "adversary.perturb() needs autograd; only the clean forward could run under no_grad",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_backdoor/finetuner.py",
+    "SCF1101",
+    "ce_loss_meter.update(ce_loss)",
+    T,
+    "MovingAverageMeter.update() keeps avg = m * avg + (1 - m) * ce_loss: a tensor chaining every step's graph",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_backdoor/remos/my_profile.py",
+    "SCF1001",
+    "for i, (images, label) in enumerate(loader):",
+    F,
+    "a PGD attack: the loop calls torch.autograd.grad, no_grad would break it (fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/ReMoS/CV_backdoor/utils.py",
+    "SCF1001",
+    "for i, (batch, label, adv_batch, adv_label) in enumerate(test_loader):",
+    T,
+    "advtest_fast(): a plain evaluation over saved adversarial batches with autograd on (the function is never called)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/TCP/finetune.py",
+    "SCF1001",
+    "for data, target in self.target_test_loader:",
+    T,
+    "Variable(data, volatile=True) has done nothing since PyTorch 0.4: the graph is built",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/deep/finetune_AlexNet_ResNet/finetune_office31.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "a loop over phases: each phase sets its own mode, train() for the training phase (fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/feature_extractor/for_digit_data/digit_deep_feature.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "a loop over phases: each phase sets its own mode, train() for the training phase (fixed)",
+)
+verdict(
+    "jindongwang+transferlearning",
+    "code/feature_extractor/for_image_data/main.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "a loop over phases: each phase sets its own mode, train() for the training phase (fixed)",
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/legacy_main.py",
+    "SCF602",
+    "scaler = torch.amp.GradScaler(device=device)",
+    F,
+    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (not fixed)',
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/legacy_main.py",
+    "SCF602",
+    "scaler = torch.cuda.amp.GradScaler()",
+    F,
+    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (not fixed)',
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/main.py",
+    "SCF602",
+    "scaler = torch.amp.GradScaler(device=device)",
+    F,
+    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (not fixed)',
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/main.py",
+    "SCF602",
+    "scaler = torch.cuda.amp.GradScaler()",
+    F,
+    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (not fixed)',
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/legacy_train.py",
+    "SCF901",
+    "dist_model.eval()",
+    F,
+    "the distillation teacher is put in eval for the pass, which runs it only under no_grad (fixed)",
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/legacy_train.py",
+    "SCF503",
+    "scaler.step(optimizer)",
+    F,
+    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (not fixed)",
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/train.py",
+    "SCF503",
+    "scaler.step(optimizer)",
+    F,
+    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (not fixed)",
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/profiler.py",
+    "SCF1001",
+    "while retries:",
+    F,
+    "a retry loop (two tries) around FLOP profilers, not an evaluation over data (not fixed)",
+)
+verdict(
+    "mlfoundations+open_clip",
+    "src/open_clip_train/train.py",
+    "SCF202",
+    "optimizer.step()",
+    F,
+    "a torch.compile'd step closure; its caller calls optimizer.zero_grad() before each call (not fixed)",
+)
+
+
 INJECTIONS: list = []
 EX, NANO = "pytorch+examples", "karpathy+nanoGPT"
 DEIT, MAE = "facebookresearch+deit", "facebookresearch+mae"

@@ -196,11 +196,14 @@ def eval_mode_left_on(module: Module):
         paths = [p.events for p in paths]
         if not any(e.kind == PASS for events in paths for e in events):
             continue
+        chosen = _chosen_modes(module, paths)
         for first in paths:
             for second in paths:  # two epochs: the eval of one meets the training of the next
                 mode = {}
                 for event in first + second:
-                    if event.kind == EVAL_MODE and event.key:
+                    if event.kind == EVAL_MODE and event.key and event.node in chosen:
+                        mode[event.key] = None  # the mode picked for the pass that follows
+                    elif event.kind == EVAL_MODE and event.key:
                         mode[event.key] = event
                     elif event.kind == TRAIN_MODE and event.key:
                         mode[event.key] = None
@@ -212,10 +215,43 @@ def eval_mode_left_on(module: Module):
 
 def _trained_by(key: str, event) -> bool:
     """Whether a training pass runs a module in eval mode without setting training mode: it
-    calls it, or hands it to a helper (an EMA copy only updated from the model is not run)."""
-    if key in event.trains:
+    calls it, or hands it to a helper (an EMA copy only updated from the model is not run; a
+    teacher run only under no_grad is not trained)."""
+    if key in event.trains or key in event.frozen:
         return False
     return key in event.keys
+
+
+def _chosen_modes(module: Module, paths: list) -> set:
+    """The eval() calls that choose the mode of the training pass right after them: in the
+    function that runs the pass, with no evaluation between, and every way into that pass
+    sets the module's mode there too. A linear probe's train() puts the frozen backbone in
+    eval on purpose; `if phase == "train": model.train() else: model.eval()` picks a mode
+    per phase. A pass some way reaches with no mode set of its own is not chosen for: an
+    eval() left from the previous phase or epoch is still on there."""
+    picked: dict = {}  # (pass loop, key) -> the eval() calls picking it, or None: not chosen
+    for events in paths:
+        seen = set()
+        for i, event in enumerate(events):
+            if event.kind != PASS or event.node in seen:
+                continue
+            seen.add(event.node)
+            home = module.project.enclosing.get(event.node)
+            before = {}
+            for earlier in reversed(events[:i]):
+                if earlier.kind in (PASS, EVALUATE):
+                    break
+                if earlier.kind in (EVAL_MODE, TRAIN_MODE) and earlier.key:
+                    if module.project.enclosing.get(earlier.node) is home:
+                        before.setdefault(earlier.key, earlier)
+            for key in event.keys:
+                slot = (event.node, key)
+                found = before.get(key)
+                if found is None:
+                    picked[slot] = None
+                elif picked.get(slot, ()) is not None:
+                    picked[slot] = (*picked.get(slot, ()), found)
+    return {e.node for calls in picked.values() if calls for e in calls if e.kind == EVAL_MODE}
 
 
 def evaluation_with_grad(module: Module):
@@ -227,7 +263,11 @@ def evaluation_with_grad(module: Module):
             loops[node] = []
     for loop, paths in loops.items():
         kinds = {e.kind for p in paths for e in p.events}
-        if kinds & {BACKWARD, STEP, PASS} or _updates(module, loop):
+        if (
+            kinds & {BACKWARD, STEP, PASS}
+            or _updates(module, loop)
+            or _differentiates(module, loop)
+        ):
             continue
         function = module.enclosing_function(loop)
         if (
@@ -263,6 +303,15 @@ def _updates(module: Module, loop) -> bool:
             if node.func.attr == "step" and module.kind(dotted(node.func.value)) == "optimizer":
                 return True
     return False
+
+
+def _differentiates(module: Module, loop) -> bool:
+    """Whether a loop needs autograd itself: it calls torch.autograd.grad (an adversarial
+    attack, a saliency map, a gradient penalty), which no_grad would break."""
+    return any(
+        isinstance(node, ast.Call) and dotted(node.func) in ("torch.autograd.grad", "autograd.grad")
+        for node in module.project.nodes_of(loop)
+    )
 
 
 def _eval_keys(module: Module, loop, function) -> set:
@@ -457,8 +506,10 @@ def _over_constants(loop) -> bool:
     )
 
 
-def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:
-    """Whether no graph is built at `loop`: under no_grad there, or wherever it is called."""
+def _grad_free(module: Module, loop, function, callers: int = 3) -> bool:
+    """Whether no graph is built at `loop`: under no_grad there, or wherever it is called,
+    through up to three levels of callers (an evaluation helper called by a benchmark helper
+    that runs under no_grad)."""
     node = loop
     while node is not None:
         if isinstance(node, ast.With | ast.AsyncWith) and _no_grad_with(node):
@@ -478,7 +529,9 @@ def _grad_free(module: Module, loop, function, callers: bool = True) -> bool:
         return False
     calls = module.project.callers(function)
     return bool(calls) and all(
-        _grad_free(home, call, home.enclosing_function(call), callers=False) for call, home in calls
+        home.enclosing_function(call) is not function
+        and _grad_free(home, call, home.enclosing_function(call), callers - 1)
+        for call, home in calls
     )
 
 

@@ -89,6 +89,13 @@ def last_name(node) -> str | None:
     return None
 
 
+def _fails(node) -> bool:
+    """`assert False` (or `assert 0`): an error path, as a raise is."""
+    return (
+        isinstance(node, ast.Assert) and isinstance(node.test, ast.Constant) and not node.test.value
+    )
+
+
 def prefixes(key: str) -> list[str]:
     """`a.b.c` -> [a, a.b, a.b.c]."""
     parts = key.split(".")
@@ -110,6 +117,7 @@ class Event:
     trains: frozenset = frozenset()  # a PASS: the modules it puts in training mode itself
     called: frozenset = frozenset()  # a PASS or EVALUATE: the names it calls, model(x)
     inner: tuple = ()  # a PASS: its step's events, named as here
+    frozen: frozenset = frozenset()  # a PASS: the names it runs only under no_grad (a teacher)
 
 
 @dataclass
@@ -413,7 +421,7 @@ class Module:
             for path in paths:
                 path.done = "return"
             return paths
-        if isinstance(node, ast.Raise):
+        if isinstance(node, ast.Raise) or _fails(node):
             return []  # an error path: not a training step
         if isinstance(node, ast.Break | ast.Continue):
             for path in paths:
@@ -438,6 +446,7 @@ class Module:
                     trains=trains,
                     called=self._called(node, ctx),
                     inner=inner,
+                    frozen=self._frozen(node, ctx),
                 )
                 self.add(paths, pass_)
                 return paths
@@ -702,6 +711,33 @@ class Module:
                         seen.add(found)
                         todo.append(found)
         return frozenset(keys)
+
+    def _frozen(self, loop, ctx: Ctx) -> frozenset:
+        """The names a loop runs only under `with torch.no_grad():` (or inference_mode) in its
+        own body: a distillation teacher or a frozen target encoder, which the step does not
+        train. A name handed to a helper outside no_grad is taken as trained."""
+        free, hot = set(), set()
+
+        def walk(node, quiet):
+            if isinstance(node, ast.With | ast.AsyncWith) and any(
+                last_name(item.context_expr) in ("no_grad", "inference_mode") for item in node.items
+            ):
+                quiet = True
+            if isinstance(node, ast.Call):
+                func = node.func
+                used = [func, *node.args, *(k.value for k in node.keywords)]
+                if isinstance(func, ast.Attribute) and func.attr in ("forward", "module"):
+                    used.append(func.value)
+                keys = {ctx.key(dotted(part)) for part in used} - {None}
+                (free if quiet else hot).update(keys)
+                found = self.project.targets.get(node)
+                if found is not None and not quiet:
+                    hot.update(self._keys(found, ctx))
+            for child in ast.iter_child_nodes(node):
+                walk(child, quiet)
+
+        walk(loop, False)
+        return frozenset(free - hot)
 
     # --- training steps ---
 

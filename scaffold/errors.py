@@ -1,5 +1,7 @@
 """The one error type users see; cli.py turns it into a one-line message and an exit code."""
 
+import shutil
+
 
 class ScaffoldError(Exception):
     """A problem with the user's input or environment, reported without a traceback."""
@@ -27,3 +29,9 @@ class Interrupted(ScaffoldError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, exit_code=130)
+
+
+def require_git(needed_for: str, error: type[ScaffoldError] = ScaffoldError) -> None:
+    """Raise `error` in one line when git is not on PATH: `needed_for` says what needs it."""
+    if shutil.which("git") is None:
+        raise error(f"git is not on PATH; {needed_for}: install git first")

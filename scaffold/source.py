@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from scaffold.errors import ScaffoldError, UsageError
+from scaffold.errors import ScaffoldError, UsageError, require_git
 
 PACKAGED = Path(__file__).resolve().parent / "_template"
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -171,9 +171,8 @@ def user_source(path: str, ref: str | None, ref_flag: str = "--vcs-ref") -> Sour
                 f"{path} is not a copier template: it has no copier.yml (or copier.yaml)"
             )
         if not _is_repository_root(local) and not local.is_file():
-            if ref is not None and shutil.which("git") is None:
-                raise UsageError(f"{ref_flag} {ref}: refs are read with git: install git first")
             if ref is not None:
+                require_git(f"{ref_flag} {ref} is read from {path}'s history", UsageError)
                 raise UsageError(f"{ref_flag} {ref}: {path} is a plain folder, without git refs")
             return source  # a plain folder renders as it is, without history
     with History(source) as history:
@@ -205,10 +204,7 @@ class History:
 
     def __enter__(self) -> "History":
         path = self.source.path
-        if shutil.which("git") is None:  # every kind of source's history is read with git
-            raise ScaffoldError(
-                f"{path}'s history is read with git, not on PATH: install git first"
-            )
+        require_git(f"{path}'s history is read with it")  # every kind of source's history
         if self.remote:
             self.refs = _list_remote_refs(path)
         elif not Path(path).exists():

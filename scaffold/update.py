@@ -10,13 +10,12 @@ import contextlib
 import dataclasses
 import json
 import re
-import shutil
 import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from scaffold.errors import ScaffoldError, UsageError, first_line
+from scaffold.errors import ScaffoldError, UsageError, first_line, require_git
 from scaffold.options import OPTIONS, Options
 from scaffold.render import ANSWERS_FILE
 from scaffold.source import (
@@ -110,14 +109,15 @@ def refuse_unused_sets(sets: dict, options: Options) -> None:
                 )
 
 
-NO_GIT = "git is not on PATH; scaffold update merges your edits with git: install git first"
+NEEDS_GIT = "scaffold update merges your edits with git"
 
 
 def git(project: Path, *args: str, check: bool = True) -> str:
     try:
         result = subprocess.run(["git", *args], cwd=project, capture_output=True, text=True)
     except FileNotFoundError:  # git left PATH (or was removed) while the update ran
-        raise ScaffoldError(NO_GIT) from None
+        require_git(NEEDS_GIT)
+        raise
     if check and result.returncode != 0:
         lines = result.stderr.strip().splitlines() or [f"exit code {result.returncode}"]
         reason = next((line for line in lines if line.startswith("fatal:")), lines[0])
@@ -129,8 +129,7 @@ def check_clean_repository(project: Path) -> None:
     """Refuse a project that is not in git or has uncommitted changes, naming them."""
     if not project.is_dir():
         raise UsageError(f"{project} is not a folder")
-    if shutil.which("git") is None:
-        raise ScaffoldError(NO_GIT)
+    require_git(NEEDS_GIT)
     inside = git(project, "rev-parse", "--is-inside-work-tree", check=False)
     if inside.strip() != "true":
         raise ScaffoldError(

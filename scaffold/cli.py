@@ -226,6 +226,7 @@ def new(
     clip: Annotated[bool | None, typer.Option("--clip/--no-clip", help=_help("clip"))] = None,
     max_grad_norm: Annotated[float | None, typer.Option(help=_help("max_grad_norm"))] = None,
     grad_accum: Annotated[int | None, typer.Option(help=_help("grad_accum"))] = None,
+    warmup_steps: Annotated[int | None, typer.Option(help=_help("warmup_steps"))] = None,
     early_stopping: Annotated[
         bool | None,
         typer.Option("--early-stopping/--no-early-stopping", help=_help("early_stopping")),
@@ -297,6 +298,7 @@ def new(
         "clip": clip,
         "max_grad_norm": max_grad_norm,
         "grad_accum": grad_accum,
+        "warmup_steps": warmup_steps,
         "early_stopping": early_stopping,
         "patience": patience,
         "distributed": distributed,

@@ -171,6 +171,8 @@ class _Checks:
             parts.append(f"clipping (max norm {self.max_grad_norm})")
         if self.grad_accum > 1:
             parts.append(f"gradient accumulation ({self.grad_accum} batches a step)")
+        if self.warmup_steps:
+            parts.append(f"warm-up over {self.warmup_steps} steps")
         if self.early_stopping:
             parts.append(f"early stopping (patience {self.patience})")
         if self.distributed:

@@ -56,7 +56,7 @@ def _numbers(index: int, scheduler: str) -> dict:
 # the accumulating loop when above 1. Each joins the factors with two values, its default (the
 # code without it) and the value here. 3 is odd, so the tests' small runs (5 batches) fall into
 # ragged windows: a shorter last window, whose last batch is smaller.
-CODE_NUMBERS = {"grad_accum": 3}
+CODE_NUMBERS = {"grad_accum": 3, "warmup_steps": 4}
 # The options that shape the loop: the code numbers, then every question with choices (the
 # task, the scheduler) and every switch (AMP, clipping, early stopping, distributed, EMA), in
 # copier.yml's order, with their values.
@@ -104,11 +104,14 @@ def task_ids(tasks) -> dict[str, str]:
 TASK_IDS = task_ids(TASKS)
 # How a switch reads in an id, on and off. Others read as their initials, e.g. es / noes.
 SWITCH_WORDS = {"amp": ("amp", "fp32"), "distributed": ("ddp", "noddp")}
+# How a code number reads in an id, before its value; others read as their initials. Short,
+# because ids become package names, which must fit in 60 characters with every word present.
+NUMBER_WORDS = {"grad_accum": "ga", "warmup_steps": "wu"}
 
 
 def combo_id(options: Options) -> str:
     """The factors, e.g. cla-cosine-fp32-noclip-noes-noddp (package names are built from it);
-    a code number follows only when it is not its default, e.g. ...-noddp-gradaccum3."""
+    a code number follows only when it is not its default, e.g. ...-noema-ga3-wu4."""
     words = []
     for name, values in FACTORS.items():
         value = getattr(options, name)
@@ -123,7 +126,8 @@ def combo_id(options: Options) -> str:
             words.append(_short(value, 12))
     for name in CODE_NUMBERS:
         if getattr(options, name) != FACTORS[name][0]:
-            words.append(f"{_short(name, 12)}{getattr(options, name)}")
+            word = NUMBER_WORDS.get(name) or "".join(w[0] for w in name.split("_"))
+            words.append(f"{word}{getattr(options, name)}")
     return "-".join(words)
 
 

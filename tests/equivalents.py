@@ -319,7 +319,14 @@ EQUIVALENTS = [
                lambda o: o.scheduler == "plateau"),
     Equivalent("cosine step before validation", "train.py",
                (Edit("move_before", "scheduler.step()", "val = evaluate("),),
-               lambda o: o.scheduler == "cosine"),
+               lambda o: o.scheduler == "cosine" and not o.warmup_steps),
+    Equivalent("warm-up stepped right after optimizer.step()", "engine.py",
+               (Edit("replace", "        if schedule is not None:\n            schedule.step()  # R7: "
+                     "once per optimizer step, after it: the next step's rate\n", ""),
+                Edit("replace", "        optimizer.step()  # R3: update with this batch's gradients\n",
+                     "        optimizer.step()\n        if schedule is not None:\n"
+                     "            schedule.step()\n")),
+               lambda o: o.warmup_steps > 0 and not o.amp),
     Equivalent("EMA update as a lerp_ per tensor", "ema.py",
                (Edit("replace", "torch._foreach_lerp_(self.averaged, self.current, 1.0 - decay)",
                      "for average, current in zip(self.averaged, self.current, strict=True):\n"

@@ -139,6 +139,34 @@ def _per_batch(o: Options) -> bool:
     return o.grad_accum == 1
 
 
+def _epoch_cosine(o: Options) -> bool:
+    """The cosine schedule stepped once per epoch: without a warm-up."""
+    return o.scheduler == "cosine" and not o.warmup_steps
+
+
+def _warmup(o: Options) -> bool:
+    return o.warmup_steps > 0
+
+
+def _warmup_mutants() -> list:
+    """With a warm-up, train.py hands the loop the schedule to step once per optimizer step:
+    with cosine the whole schedule (`scheduler`), with plateau the warm-up beside it."""
+    mutants = []
+    for scheduler in ("cosine", "plateau"):
+        name = "scheduler" if scheduler == "cosine" else "warmup"
+        on = lambda o, s=scheduler: _warmup(o) and o.scheduler == s  # noqa: E731
+        mutants += [
+            Mutant("R7", f"warm-up ({scheduler}) stepped once per epoch", "train.py",
+                   (Edit("replace", f"                schedule={name},  # R7: stepped after each "
+                         "optimizer step\n", ""),
+                    Edit("replace", "            improved = val[",
+                         f"            {name}.step()\n            improved = val[")), on),
+            Mutant("R7", f"warm-up ({scheduler}) restarted on resume", "train.py",
+                   (Edit("delete", f'{name}.load_state_dict(checkpoint["{name}"])'),), on),
+        ]
+    return mutants
+
+
 _WINDOW_LOSS = "loss = task.loss(outputs, targets) * (len(targets) / samples)"
 # The accumulating loop's scaler step, once per window.
 _WINDOW_SCALER_STEP = (
@@ -207,11 +235,23 @@ MUTANTS = [
     Mutant("R6", "GradScaler on with bf16", "train.py",
            (Edit("replace", "enabled=amp_dtype == torch.float16", "enabled=True"),), _amp),
     Mutant("R7", "cosine scheduler stepped every batch", "train.py",
-           (Edit("replace", _STEP, _PER_BATCH + _STEP),),
-           lambda o: o.scheduler == "cosine"),
+           (Edit("replace", _STEP, _PER_BATCH + _STEP),), _epoch_cosine),
     Mutant("R7", "cosine scheduler stepped before the epoch's updates", "train.py",
-           (Edit("move_before", "scheduler.step()", "train = train_one_epoch("),),
-           lambda o: o.scheduler == "cosine"),
+           (Edit("move_before", "scheduler.step()", "train = train_one_epoch("),), _epoch_cosine),
+    # With a warm-up (warmup_steps above 0), caught by the R7 warm-up tests of test_contract.py.
+    *_warmup_mutants(),
+    Mutant("R7", "warm-up and cosine lengths counted in batches, not optimizer steps",
+           "train.py",
+           (Edit("replace", "build_scheduler(optimizer, cfg, steps_per_epoch)",
+                 "build_scheduler(optimizer, cfg, len(train_batches))"),),
+           lambda o: _warmup(o) and _accum(o) and o.scheduler == "cosine"),
+    Mutant("R7", "warm-up stepped every batch of a window", "engine.py",
+           (Edit("replace", "        if schedule is not None:\n            schedule.step()  # R7: "
+                 "once per window's optimizer step, after it: the next rate\n", ""),
+            Edit("replace", "            window_loss = window_loss + loss.detach()",
+                 "            if schedule is not None:\n                schedule.step()\n"
+                 "            window_loss = window_loss + loss.detach()")),
+           lambda o: _warmup(o) and _accum(o)),
     Mutant("R8", "plateau step without the metric", "train.py",
            (Edit("replace", 'scheduler.step(val["loss"])', "scheduler.step()"),),
            lambda o: o.scheduler == "plateau"),
@@ -296,7 +336,7 @@ MUTANTS = [
            (Edit("replace", _OPT_STEP + _EMA_UPDATE, _EMA_UPDATE + _OPT_STEP),),
            lambda o: o.ema and not o.amp and _per_batch(o)),
     # In the accumulating loop the EMA's order is mutated on the AMP variant below: the covering
-    # set has EMA with accumulation only with AMP (reg-plateau-amp-clip-es-ddp-ema-gradaccum3).
+    # set has EMA with accumulation only with AMP (reg-plateau-amp-clip-es-ddp-ema-ga3-wu4).
     Mutant("E1", "EMA updated before the scaler's step", "engine.py",
            (Edit("replace", _SCALER_STEP, ""),
             Edit("replace", _EMA_CALL, _EMA_CALL + _SCALER_STEP)),

@@ -29,6 +29,7 @@ def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
     for name in ("amp", "clip", "early_stopping", "distributed", "ema"):
         assert {getattr(o, name) for o in COVERING} == {False, True}, name
     assert {o.grad_accum for o in COVERING} == {1, 3}
+    assert {o.warmup_steps for o in COVERING} == {0, 4}
     assert {o.scheduler for o in COVERING} == {"cosine", "plateau"}
     assert {o.task for o in COVERING} == set(TASKS)
 

@@ -97,6 +97,7 @@ def test_long_names_are_shortened_in_the_message():
         (Options(seed=-1), "--seed -1: must be between 0 and 4294967295"),
         (Options(seed=2**32), "--seed 4294967296: must be between 0 and 4294967295"),
         (Options(grad_accum=0), "--grad-accum 0: must be between 1 and 1000000"),
+        (Options(warmup_steps=-5), "--warmup-steps -5: must be between 0 and 1000000000"),
         (Options(early_stopping=True, patience=0), "--patience 0: must be between 1 and 1000000"),
         (
             Options(scheduler="plateau", plateau_patience=-1),
@@ -149,8 +150,8 @@ def test_boundary_values_are_accepted(options):
 
 
 def test_answers_carry_follow_up_values_only_when_switched_on():
-    basic = {"task", "scheduler", "amp", "clip", "grad_accum", "early_stopping", "distributed"}
-    basic |= {"ema", "seed"}
+    basic = {"task", "scheduler", "amp", "clip", "grad_accum", "warmup_steps", "early_stopping"}
+    basic |= {"distributed", "ema", "seed"}
     assert set(Options().answers()) == basic
     full = Options(scheduler="plateau", clip=True, early_stopping=True, ema=True).answers()
     assert set(full) == basic | {"plateau_patience", "max_grad_norm", "patience", "ema_decay"}

@@ -82,7 +82,7 @@ def test_combinations_are_the_product_of_every_choice_and_switch():
     shaping = [q for q in OPTIONS.values() if q.choices or q.type is bool]
     assert [q.name for q in shaping] == [name for name in FACTORS if name not in CODE_NUMBERS]
     assert {"task", "scheduler", "amp", "clip", "early_stopping", "distributed"} <= set(FACTORS)
-    assert {"grad_accum"} <= set(CODE_NUMBERS) <= set(FACTORS)
+    assert {"grad_accum", "warmup_steps"} <= set(CODE_NUMBERS) <= set(FACTORS)
     for name, value in CODE_NUMBERS.items():
         assert OPTIONS[name].type is int and FACTORS[name] == (OPTIONS[name].default, value)
     assert TASKS == OPTIONS["task"].choices and len(TASKS) >= 2
@@ -136,13 +136,14 @@ def test_the_covering_set_covers_every_pair_of_values_in_few_combinations():
     assert COVERING == covering_set()  # deterministic: the same set on every run
     assert factor_values(COVERING[0]) == factor_values(Options())
     assert len(COVERING) <= len(COMBOS) / 4, [combo_id(o) for o in COVERING]
-    # A code number adds sets to the set without it, which stays as it was; grad_accum adds
-    # one per task (each K=3 pair with a task needs its own set).
+    # The code numbers add sets to the set without them, which stays as it was: grad_accum and
+    # warmup_steps add one per task (each value's pair with a task needs its own set), and one
+    # more for the pairs of the two numbers (accumulation without a warm-up and the reverse).
     plain = [o for o in COMBOS if all(getattr(o, n) == FACTORS[n][0] for n in CODE_NUMBERS)]
     rest = [name for name in FACTORS if name not in CODE_NUMBERS]
     without = covering_set(plain, rest)
     assert COVERING[: len(without)] == without
-    assert len(COVERING) - len(without) == len(TASKS), [combo_id(o) for o in COVERING]
+    assert len(COVERING) - len(without) == len(TASKS) + 1, [combo_id(o) for o in COVERING]
 
 
 def test_the_three_way_set_covers_every_three_values_and_the_tiers_split_the_renders():
@@ -257,12 +258,15 @@ def test_every_module_imports_and_every_test_file_collects(render_combo, options
     # `distributed`: a checkpoint holds the same states with it and without it, so a run
     # started as one project resumes in the other. `ema` only when on: a project rendered
     # without it is byte for byte what scaffold rendered before the option existed.
-    # Nor the code numbers: grad_accum is a setting in the checkpoint's config, which a resume
-    # checks with the other settings.
+    # Nor the code numbers: grad_accum and warmup_steps are settings in the checkpoint's
+    # config, which a resume checks with the other settings; a warm-up's schedule has another
+    # state than an epoch scheduler's, so `warmup` is recorded, when on.
     skipped = {"distributed", *CODE_NUMBERS}
     recorded = {name: getattr(options, name) for name in FACTORS if name not in skipped}
     if not options.ema:
         del recorded["ema"]
+    if options.warmup_steps:
+        recorded["warmup"] = True
     assert report["project"] == {"package": package, **recorded}
     with_tests = {line.split("::")[0] for line in collected if "::" in line}
     test_files = {str(p.relative_to(project)) for p in (project / "tests").glob("test_*.py")}
@@ -320,7 +324,11 @@ def test_code_exists_only_for_the_chosen_options(render_combo, options):
     assert ("clip_grad_norm_" in engine) == ("max_grad_norm" in config) == options.clip
     assert ("ReduceLROnPlateau" in train) == ("plateau_patience" in config)
     assert ("ReduceLROnPlateau" in train) == (options.scheduler == "plateau")
-    assert ("CosineAnnealingLR" in train) == (options.scheduler == "cosine")
+    cosine_by_epoch = options.scheduler == "cosine" and not options.warmup_steps
+    assert ("CosineAnnealingLR" in train) == cosine_by_epoch
+    assert ("warmup_steps" in config) == (package / "warmup.py").exists()
+    assert (package / "warmup.py").exists() == (options.warmup_steps > 0)
+    assert ("schedule.step()" in engine) == (options.warmup_steps > 0)
     assert ("epochs_without_improvement" in train) == options.early_stopping
     assert ("WeightAverage" in train) == ("ema_decay" in config) == options.ema
     assert (package / "ema.py").exists() == options.ema

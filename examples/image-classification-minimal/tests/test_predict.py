@@ -222,14 +222,19 @@ def test_evaluate_without_out_writes_beside_the_checkpoint_and_never_replaces_it
 
 
 @pytest.mark.probe
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize("module", [evaluate, predict])
-def test_a_closed_pipe_ends_quietly_with_141_and_the_file_written(run, tmp_path, module):
+def test_a_closed_pipe_ends_quietly_with_141_and_the_file_kept(run, tmp_path, module, buffered):
     # `... | head` where head has already stopped reading: the read end is closed at once.
+    # Python buffers stdout unless PYTHONUNBUFFERED is set: then the pipe's error comes at the
+    # last flush, which must happen while the command can still handle it.
     data, _, _, last = run
     out = tmp_path / "out.file"
     command = [sys.executable, "-m", module.__name__, "--checkpoint", str(last)]
     command += ["--data", str(data), "--out", str(out), "--device", DEVICE]
     env = {**os.environ, "PYTHONPATH": str(Path(predict.__file__).parents[1])}
+    env.pop("PYTHONUNBUFFERED", None)
+    env.update({} if buffered else {"PYTHONUNBUFFERED": "1"})
     read, write = os.pipe()
     os.close(read)
     try:

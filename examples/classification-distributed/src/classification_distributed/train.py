@@ -224,7 +224,12 @@ def write_metrics(path: Path, history: list[dict]) -> None:
 
 
 # The entries of a checkpoint's state that the next epoch changes in place.
-LIVE_STATE = ("model", "optimizer", "scheduler", "scaler")
+LIVE_STATE = (
+    "model",
+    "optimizer",
+    "scheduler",
+    "scaler",
+)
 
 
 class RunWriter:
@@ -599,6 +604,7 @@ def fit(
         average_by_samples(trainer)  # M2: the whole global batch's gradient, uneven parts too
     seed_rank(cfg.seed, ctx.rank)  # M6: after the weights, each rank its own random streams
     optimizer = build_optimizer(model, cfg)
+    steps_per_epoch = len(train_batches)  # one optimizer step per batch
     scheduler = build_scheduler(optimizer, cfg)
     if ctx.is_main:  # M5: one copy of the progress lines
         print(describe_size(model), flush=True)
@@ -659,7 +665,7 @@ def fit(
         for epoch in range(start_epoch, cfg.epochs + 1):
             started = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
-            bar = epoch_bar(epoch, cfg.epochs, len(train_batches)) if show_bar else None
+            bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch) if show_bar else None
             train = train_one_epoch(
                 trainer,
                 train_batches,
@@ -699,7 +705,7 @@ def fit(
                 "scheduler": scheduler.state_dict(),
                 "epochs_without_improvement": epochs_without_improvement,
                 "epoch": epoch,
-                "global_step": epoch * len(train_batches),
+                "global_step": epoch * steps_per_epoch,  # optimizer steps
                 "best_epoch": best_epoch,
                 "best_val_loss": best_val_loss,
                 "history": list(history),  # a copy: the next epochs append to `history`
@@ -744,7 +750,7 @@ def fit(
             f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
         ) from None
     except NonFiniteLoss as err:
-        step = f", step {err.step} of {len(train_batches)}" if err.step else ""
+        step = f", step {err.step} of {steps_per_epoch}" if err.step else ""  # optimizer steps
         files.flush_or_keep()  # the last good epoch, if it was kept in memory
         raise TrainingDiverged(
             f"{err} at epoch {epoch}{step}; the run stopped and {files.kept()}; lower the "
@@ -825,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     restore = stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
     try:
         status = run(argv)
+        sys.stdout.flush()  # buffered output meets a closed pipe here, not at exit (120)
         return status
     except BrokenPipeError:  # stdout's reader went away outside the epochs: nothing to save
         status = output_closed()

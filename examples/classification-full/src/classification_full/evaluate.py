@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(format_report(report))
         print(f"saved in {out}")
+        sys.stdout.flush()  # buffered output meets a closed pipe here, not at exit (120)
     except BrokenPipeError:  # `evaluate ... | head`: the report is saved all the same
         return output_closed()
     return 0

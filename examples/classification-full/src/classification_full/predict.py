@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     try:
         print(f"{len(rows)} predictions in {out}")
+        sys.stdout.flush()  # buffered output meets a closed pipe here, not at exit (120)
     except BrokenPipeError:  # `predict ... | head`: the predictions are written all the same
         return output_closed()
     return 0

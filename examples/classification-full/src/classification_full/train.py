@@ -228,7 +228,12 @@ def write_metrics(path: Path, history: list[dict]) -> None:
 
 
 # The entries of a checkpoint's state that the next epoch changes in place.
-LIVE_STATE = ("model", "optimizer", "scheduler", "scaler")
+LIVE_STATE = (
+    "model",
+    "optimizer",
+    "scheduler",
+    "scaler",
+)
 
 
 class RunWriter:
@@ -550,6 +555,7 @@ def fit(
     model = build_model(cfg, data.input_shape, data.task.output_dim)
     model.to(device)  # R1: before the optimizer is built, so it holds the parameters in use
     optimizer = build_optimizer(model, cfg)
+    steps_per_epoch = len(train_batches)  # one optimizer step per batch
     scheduler = build_scheduler(optimizer, cfg)
     amp_dtype = autocast_dtype(cfg.amp_dtype, device)
     # R6: fp16 needs loss scaling to keep small gradients; bf16 has fp32's range and needs none.
@@ -601,7 +607,7 @@ def fit(
         for epoch in range(start_epoch, cfg.epochs + 1):
             started = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
-            bar = epoch_bar(epoch, cfg.epochs, len(train_batches)) if show_bar else None
+            bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch) if show_bar else None
             train = train_one_epoch(
                 model,
                 train_batches,
@@ -635,7 +641,7 @@ def fit(
             row["skipped_steps"] = train["skipped_steps"]  # fp16 overflows the scaler skipped
             history.append(row)
             if writer is not None:
-                log_epoch(writer, row, len(train_batches) if scaler.is_enabled() else 0)
+                log_epoch(writer, row, steps_per_epoch if scaler.is_enabled() else 0)
 
             state = {
                 "model": model.state_dict(),
@@ -644,7 +650,7 @@ def fit(
                 "scaler": scaler.state_dict(),
                 "epochs_without_improvement": epochs_without_improvement,
                 "epoch": epoch,
-                "global_step": epoch * len(train_batches),
+                "global_step": epoch * steps_per_epoch,  # optimizer steps
                 "best_epoch": best_epoch,
                 "best_val_loss": best_val_loss,
                 "history": list(history),  # a copy: the next epochs append to `history`
@@ -682,7 +688,7 @@ def fit(
             f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
         ) from None
     except NonFiniteLoss as err:
-        step = f", step {err.step} of {len(train_batches)}" if err.step else ""
+        step = f", step {err.step} of {steps_per_epoch}" if err.step else ""  # optimizer steps
         files.flush_or_keep()  # the last good epoch, if it was kept in memory
         raise TrainingDiverged(
             f"{err} at epoch {epoch}{step}; the run stopped and {files.kept()}; lower the "
@@ -758,7 +764,9 @@ def remove_empty_folders(folders: list[Path]) -> None:
 def main(argv: list[str] | None = None) -> int:
     restore = stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
     try:
-        return run(argv)
+        status = run(argv)
+        sys.stdout.flush()  # buffered output meets a closed pipe here, not at exit (120)
+        return status
     except BrokenPipeError:  # stdout's reader went away outside the epochs: nothing to save
         return output_closed()
     finally:

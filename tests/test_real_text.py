@@ -10,8 +10,8 @@ The project trains from the command line on a `text,label` CSV file as a user wo
 defaults (embedding_dim 64, width 64, dropout 0.3, AdamW lr 3e-3 with weight decay 1e-2, cosine
 over the epochs, batch 64, max_length 256, min_freq 2, vocab_size 20000, bucket_batches 50)
 and 10 epochs, the one choice made on these validation splits (picked once from the table
-below). The baseline is the prototype's fixed choice (prototypes/text/real.py), made on other
-splits: TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True) +
+below). The baseline is the fixed choice of the text prototype (removed from the repository in
+issue 26), made on other splits: TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True) +
 LogisticRegression(C=4), fitted on the run's own training documents and
 scored on its validation documents (the split rebuilt as load_data draws it, and checked
 against what load_data returns).

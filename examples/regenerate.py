@@ -2,8 +2,9 @@
 
 tests/test_examples.py fails when a fresh render differs from what is committed here, so a
 template change shows up in review as a readable diff of these files. Every task in copier.yml
-has an example: one named below, or else `<task>-minimal` with the defaults. The table of
-examples in examples/README.md is rewritten too.
+has one example: the one named below, or else `<task>-minimal` with the defaults (a task added
+to copier.yml without an example here). The table of examples in examples/README.md is
+rewritten too.
 """
 
 import re
@@ -17,12 +18,18 @@ from scaffold.render import ANSWERS_FILE, render_project
 
 HERE = Path(__file__).resolve().parent
 
-# Chosen to show the options together; tasks missing here get a minimal example below.
+# One example per task, each showing several options; together they show every option.
 NAMED = {
-    "classification-minimal": Options(),
     "classification-full": Options(scheduler="plateau", amp=True, clip=True, early_stopping=True),
-    "regression-cosine-clip": Options(task="regression", clip=True),
-    "classification-distributed": Options(distributed=True, early_stopping=True),
+    "regression-warmup-accum": Options(
+        task="regression", clip=True, grad_accum=3, warmup_steps=100
+    ),
+    "image-classification-distributed": Options(
+        task="image-classification", distributed=True, early_stopping=True
+    ),
+    "text-classification-ema": Options(
+        task="text-classification", scheduler="plateau", early_stopping=True, ema=True
+    ),
 }
 
 

@@ -1,0 +1,476 @@
+"""C1-C3: checkpoints are plain dicts, load with weights_only, predict the same, and are atomic."""
+
+import argparse
+import dataclasses
+import os
+import pickle
+import random
+import sys
+import tempfile
+import time
+import warnings
+
+import pytest
+import torch
+
+from regression_warmup_accum import (
+    checkpoint as checkpoint_module,
+)
+from regression_warmup_accum import train
+from regression_warmup_accum.checkpoint import (
+    CheckpointError,
+    link_checkpoint,
+    load_checkpoint,
+    remove_stale_temporaries,
+    require_keys,
+    save_checkpoint,
+)
+from regression_warmup_accum.config import Config
+from regression_warmup_accum.data import Batches, load_data
+from regression_warmup_accum.model import build_model
+
+HINT = "give a last.pt or best.pt written by this project's training"
+RESUME_KEYS = ("model", "optimizer", "scheduler", "epoch", "best_val_loss", "rng", "config")
+
+
+def project_model(cfg):
+    """This project's model, as training builds it."""
+    data = load_data(cfg)
+    return build_model(cfg, data.input_shape, data.task.output_dim)
+
+
+# One seed in the default tier, the others with the probes.
+@pytest.mark.parametrize(
+    "seed", [1, *(pytest.param(s, marks=pytest.mark.probe) for s in (123, 2024))]
+)
+def test_round_trip_gives_the_same_predictions(cfg, seed):
+    # A high learning rate makes the validation loss jump about, so the last epoch is seldom
+    # the best: the case where last.pt and best.pt hold different weights.
+    cfg = dataclasses.replace(cfg, seed=seed, epochs=6, lr=3e-2)
+    result = train.fit(cfg)
+    checkpoint = load_checkpoint(f"{cfg.out}/last.pt")  # weights_only=True inside
+    restored_cfg = Config(**checkpoint["config"])
+    data = result["data"]
+    inputs, _ = next(iter(Batches(data.val, len(data.val), shuffle=False)))  # all of them
+    model = build_model(restored_cfg, data.input_shape, data.task.output_dim)
+    model.load_state_dict(checkpoint["model"])
+    model.eval()
+    trained = result["model"].cpu().eval()
+    with torch.no_grad():
+        assert torch.equal(model(inputs), trained(inputs))
+
+
+def test_checkpoint_holds_what_a_resume_needs(cfg):
+    train.fit(cfg)
+    checkpoint = load_checkpoint(f"{cfg.out}/last.pt")
+    require_keys(checkpoint, RESUME_KEYS, f"{cfg.out}/last.pt")
+    assert checkpoint["epoch"] == cfg.epochs
+
+
+@pytest.mark.probe
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"epoch": 1}, path)
+
+    def broken_save(obj, f):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError):
+        save_checkpoint({"epoch": 2}, path)
+    assert load_checkpoint(path) == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+@pytest.mark.probe
+def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
+    # What a run killed during save_checkpoint leaves: the same mkstemp call, never renamed.
+    leftovers = []
+    for name in ("last.pt", "best.pt", "last.pt"):
+        fd, tmp = tempfile.mkstemp(dir=tmp_path, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        leftovers.append(tmp_path / os.path.basename(tmp))
+    save_checkpoint({"epoch": 1}, tmp_path / "last.pt")
+    users = ["notes.tmp", ".x.tmp", ".last.pt.tmp", ".notes.abcd1234.tmp", "last.pt.abcd1234.tmp"]
+    for name in users:
+        (tmp_path / name).write_text("the user's")
+    (tmp_path / ".best.pt.abcd1234.tmp").mkdir()  # a folder is never one of ours
+
+    assert remove_stale_temporaries(tmp_path) == sorted(leftovers)
+    expected = sorted(users + ["last.pt", ".best.pt.abcd1234.tmp"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == expected
+    assert load_checkpoint(tmp_path / "last.pt") == {"epoch": 1}
+    assert remove_stale_temporaries(tmp_path) == []
+    assert remove_stale_temporaries(tmp_path / "no-such-folder") == []
+
+
+# Every way a checkpoint file can be unusable ends in CheckpointError: one line that names the
+# file and what to do, and never torch's advice to load with weights_only=False.
+
+
+def assert_refused(path, message: str) -> None:
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(path)
+    text = str(caught.value)
+    assert "\n" not in text and "weights_only=False" not in text, text
+    assert text == message
+
+
+@pytest.fixture
+def real_checkpoint(cfg) -> bytes:
+    train.fit(dataclasses.replace(cfg, epochs=1))
+    with open(f"{cfg.out}/last.pt", "rb") as f:
+        return f.read()
+
+
+@pytest.mark.probe
+def test_missing_file_is_refused(tmp_path):
+    path = tmp_path / "last.pt"
+    assert_refused(path, f"checkpoint {path} does not exist; {HINT}")
+
+
+@pytest.mark.probe
+def test_folder_is_refused(tmp_path):
+    assert_refused(
+        tmp_path, f"checkpoint {tmp_path} is a folder; give a file in it, e.g. {tmp_path}/last.pt"
+    )
+
+
+@pytest.mark.probe
+def test_unreadable_file_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"epoch": 1}, path)
+    path.chmod(0)
+    if sys.platform == "win32" or os.geteuid() == 0:
+        # Root (as in many containers) reads any file: refuse it the way the OS would a user.
+        def denied(file, *args, **kwargs):
+            raise PermissionError(13, "Permission denied", str(file))
+
+        monkeypatch.setattr(checkpoint_module, "open", denied, raising=False)
+    assert_refused(path, f"cannot read checkpoint {path}: Permission denied; check its permissions")
+
+
+@pytest.mark.probe
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_pipe_is_refused_without_waiting(tmp_path):
+    path = tmp_path / "last.pt"
+    os.mkfifo(path)
+    assert_refused(path, f"checkpoint {path} is not a regular file; {HINT}")
+
+
+@pytest.mark.probe
+def test_empty_file_is_refused(tmp_path):
+    path = tmp_path / "last.pt"
+    path.write_bytes(b"")
+    assert_refused(path, f"checkpoint {path} is empty; {HINT}")
+
+
+@pytest.mark.probe
+def test_truncated_checkpoint_is_refused_wherever_it_was_cut(real_checkpoint, tmp_path):
+    size = len(real_checkpoint)
+    cuts = sorted({*range(1, 64), *range(64, size, max(1, size // 400)), *range(size - 64, size)})
+    path = tmp_path / "last.pt"
+    for cut in cuts:
+        path.write_bytes(real_checkpoint[:cut])
+        assert_refused(
+            path,
+            f"checkpoint {path} is truncated or damaged ({cut} bytes); "
+            "use another copy or checkpoint (e.g. best.pt), or train again",
+        )
+    path.write_bytes(real_checkpoint)
+    assert load_checkpoint(path)["epoch"] == 1
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("seed", [0, 7, 31337])
+def test_random_bytes_are_refused(tmp_path, seed):
+    rng = random.Random(seed)
+    path = tmp_path / "last.pt"
+    for _ in range(50):
+        size = rng.randrange(1, 5000)
+        path.write_bytes(rng.randbytes(size))
+        assert_refused(
+            path, f"checkpoint {path} is not a torch checkpoint file ({size} bytes); {HINT}"
+        )
+
+
+@pytest.mark.probe
+def test_plain_pickle_is_refused_without_torch_warnings(tmp_path):
+    path = tmp_path / "last.pt"
+    path.write_bytes(pickle.dumps({"epoch": 1}, protocol=4))
+    size = path.stat().st_size
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns about the protocol; the error says enough
+        assert_refused(
+            path, f"checkpoint {path} is not a torch checkpoint file ({size} bytes); {HINT}"
+        )
+
+
+@pytest.mark.probe
+def test_pickled_model_object_is_refused_without_running_its_code(cfg, tmp_path):
+    model = project_model(cfg)
+    path = tmp_path / "last.pt"
+    torch.save(model, path)  # the whole object, class and all, instead of its state_dict
+    name = f"{type(model).__module__}.{type(model).__qualname__}"
+    assert_refused(
+        path,
+        f"checkpoint {path} holds Python objects ({name}) other than tensors and plain data, "
+        f"so it is not a checkpoint of this project (it was written by other code); {HINT}",
+    )
+
+
+@pytest.mark.probe
+def test_pickled_object_inside_a_dict_is_refused(tmp_path):
+    path = tmp_path / "last.pt"
+    torch.save({"epoch": 1, "args": argparse.Namespace(lr=0.1)}, path)
+    assert_refused(
+        path,
+        f"checkpoint {path} holds Python objects (argparse.Namespace) other than tensors and "
+        f"plain data, so it is not a checkpoint of this project (it was written by other "
+        f"code); {HINT}",
+    )
+
+
+class RunsACommand:
+    """Pickles as a call to os.system: loading the file without weights_only runs it."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.probe
+def test_a_pickle_built_to_run_a_command_is_refused_and_runs_nothing(tmp_path):
+    path, marker = tmp_path / "last.pt", tmp_path / "ran"
+    torch.save({"epoch": 1, "model": RunsACommand(marker)}, path)
+    name = f"{os.system.__module__}.system"  # posix.system on Linux and macOS
+    assert_refused(
+        path,
+        f"checkpoint {path} holds Python objects ({name}) other than tensors and "
+        f"plain data, so it is not a checkpoint of this project (it was written by other "
+        f"code); {HINT}",
+    )
+    assert not marker.exists()
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        (torch.zeros(3), "a bare tensor"),
+        ([1, 2], "a value of type list"),
+        (3, "a value of type int"),
+    ],
+)
+def test_content_that_is_not_a_dict_is_refused(tmp_path, content, kind):
+    path = tmp_path / "last.pt"
+    torch.save(content, path)
+    assert_refused(path, f"checkpoint {path} holds {kind}, not a checkpoint dict; {HINT}")
+
+
+@pytest.mark.probe
+def test_state_dict_alone_is_not_a_training_checkpoint(cfg, tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save(project_model(cfg).state_dict(), path)
+    weights = load_checkpoint(path)
+    with pytest.raises(CheckpointError) as caught:
+        require_keys(weights, RESUME_KEYS, path)
+    assert str(caught.value) == (
+        f"checkpoint {path} holds only a state_dict (model weights), not a training "
+        f"checkpoint; {HINT}"
+    )
+
+
+@pytest.mark.probe
+def test_missing_keys_are_named(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"model": {}, "epoch": 3, "config": {}}, path)
+    with pytest.raises(CheckpointError) as caught:
+        require_keys(load_checkpoint(path), RESUME_KEYS, path)
+    assert str(caught.value) == (
+        f"checkpoint {path} lacks 'optimizer', 'scheduler', 'best_val_loss', 'rng': it was "
+        f"written by other code or another version of this project; {HINT}"
+    )
+
+
+# How often a run writes: last.pt at most every checkpoint_every_s seconds and after its last
+# epoch; best.pt a second name of last.pt's file when the written epoch is the best (R13).
+
+
+class Clock:
+    """train.time with a monotonic clock that advances `step` seconds at each reading."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+        self.perf_counter = time.perf_counter
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def scripted_losses(monkeypatch, losses: list[float], weights: dict) -> None:
+    """Validation losses as scripted, and each epoch's weights kept in `weights`."""
+    real_evaluate = train.evaluate
+
+    def scripted(model, *args, **kwargs):
+        metrics = real_evaluate(model, *args, **kwargs)
+        weights[len(weights) + 1] = {k: v.cpu().clone() for k, v in model.state_dict().items()}
+        return {**metrics, "loss": losses[len(weights) - 1]}
+
+    monkeypatch.setattr(train, "evaluate", scripted)
+
+
+def written_epochs(monkeypatch) -> list[tuple[int, str]]:
+    """(epoch, file name) of every save_checkpoint call from here on."""
+    calls = []
+    real_save = train.save_checkpoint
+
+    def save(state, path):
+        calls.append((state["epoch"], os.path.basename(path)))
+        real_save(state, path)
+
+    monkeypatch.setattr(train, "save_checkpoint", save)
+    return calls
+
+
+@pytest.mark.probe
+def test_linked_checkpoint_keeps_its_content_when_the_original_is_replaced(tmp_path):
+    last, best = tmp_path / "last.pt", tmp_path / "best.pt"
+    save_checkpoint({"epoch": 1}, last)
+    link_checkpoint(last, best)
+    link_checkpoint(last, best)  # already the same file: no temporary may stay behind
+    assert best.samefile(last) and load_checkpoint(best) == {"epoch": 1}
+    save_checkpoint({"epoch": 2}, last)
+    assert load_checkpoint(best) == {"epoch": 1} and load_checkpoint(last) == {"epoch": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
+
+
+@pytest.mark.probe
+def test_without_hard_links_best_pt_is_a_copy(tmp_path, monkeypatch):
+    def no_links(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    last, best = tmp_path / "last.pt", tmp_path / "best.pt"
+    save_checkpoint({"epoch": 3}, last)
+    link_checkpoint(last, best)
+    assert not best.samefile(last) and best.read_bytes() == last.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("every_s", [0.0, 10.0])
+def test_best_pt_is_last_pt_when_the_last_epoch_is_the_best(cfg, monkeypatch, every_s):
+    scripted_losses(monkeypatch, [1.0, 0.9, 0.8, 0.7], {})
+    train.fit(dataclasses.replace(cfg, epochs=4, checkpoint_every_s=every_s))
+    last, best = f"{cfg.out}/last.pt", f"{cfg.out}/best.pt"
+    assert os.path.samefile(last, best)  # one file, written once
+    assert load_checkpoint(best)["epoch"] == 4
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("every_s", [0.0, 10.0, 1e6])
+def test_best_pt_keeps_the_best_epoch_after_later_epochs(cfg, monkeypatch, every_s):
+    weights = {}
+    scripted_losses(monkeypatch, [1.0, 0.5, 0.7, 0.8, 0.6], weights)
+    train.fit(dataclasses.replace(cfg, epochs=5, checkpoint_every_s=every_s))
+    best = load_checkpoint(f"{cfg.out}/best.pt")
+    assert (best["epoch"], best["best_epoch"], best["best_val_loss"]) == (2, 2, 0.5)
+    for name, tensor in weights[2].items():
+        assert torch.equal(best["model"][name], tensor), name
+    last = load_checkpoint(f"{cfg.out}/last.pt")
+    assert (last["epoch"], last["best_epoch"]) == (5, 2)
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize(
+    ("every_s", "expected"),
+    [
+        # The clock reads 3 s later at each look: at the start and at the end of each epoch,
+        # and after each write. Every epoch; every 2nd epoch (6 s after the last write); only
+        # the last. An unwritten best epoch goes to best.pt before the last.pt that names it.
+        (0.0, [(1, "last.pt"), (2, "last.pt"), (3, "last.pt"), (4, "last.pt"), (5, "last.pt")]),
+        (5.0, [(2, "last.pt"), (3, "best.pt"), (4, "last.pt"), (5, "last.pt")]),
+        (1e6, [(3, "best.pt"), (5, "last.pt")]),
+    ],
+)
+def test_last_pt_is_written_when_due_and_after_the_last_epoch(cfg, monkeypatch, every_s, expected):
+    scripted_losses(monkeypatch, [1.0, 0.5, 0.4, 0.6, 0.7], {})
+    monkeypatch.setattr(train, "time", Clock(step=3.0))
+    calls = written_epochs(monkeypatch)
+    result = train.fit(dataclasses.replace(cfg, epochs=5, checkpoint_every_s=every_s))
+    assert calls == expected
+    assert load_checkpoint(f"{cfg.out}/best.pt")["epoch"] == 3
+    # metrics.csv is written with last.pt: after the run it holds every epoch.
+    with open(f"{cfg.out}/metrics.csv") as f:
+        assert len(f.read().splitlines()) == 1 + len(result["history"])
+
+
+@pytest.mark.probe
+def test_ctrl_c_writes_the_kept_epoch_and_the_run_resumes_to_the_same_bits(cfg, monkeypatch):
+    cfg = dataclasses.replace(cfg, epochs=4, device="cpu", checkpoint_every_s=1e6)
+    full = train.fit(dataclasses.replace(cfg, out=f"{cfg.out}-full"))
+    real_train = train.train_one_epoch
+    epochs = []
+
+    def ctrl_c_in_epoch_3(*args, **kwargs):
+        epochs.append(1)
+        if len(epochs) == 3:
+            raise KeyboardInterrupt
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(train, "train_one_epoch", ctrl_c_in_epoch_3)
+    with pytest.raises(train.Interrupted):
+        train.fit(cfg)
+    monkeypatch.undo()
+    # Neither epoch was due, and both were kept: Ctrl-C wrote the last finished one.
+    assert load_checkpoint(f"{cfg.out}/last.pt")["epoch"] == 2
+    resumed = train.fit(cfg, load_checkpoint(f"{cfg.out}/last.pt"), f"{cfg.out}/last.pt")
+    assert resumed["history"] == full["history"]
+    for name in ("last.pt", "best.pt", "metrics.csv"):
+        with open(f"{cfg.out}/{name}", "rb") as a, open(f"{cfg.out}-full/{name}", "rb") as b:
+            if name == "metrics.csv":
+                assert a.read() == b.read()
+            else:
+                ours, theirs = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+                assert ours["epoch"] == theirs["epoch"], name
+                for key, tensor in theirs["model"].items():
+                    assert torch.equal(ours["model"][key], tensor), (name, key)
+
+
+class Killed(BaseException):
+    """Stops fit as a kill would: no except clause of it runs, nothing is written after."""
+
+
+@pytest.mark.probe
+def test_a_killed_run_loses_only_the_unwritten_epochs_and_resumes_to_the_same_bits(
+    cfg, monkeypatch
+):
+    cfg = dataclasses.replace(cfg, epochs=5, device="cpu", checkpoint_every_s=5.0)
+    full = train.fit(dataclasses.replace(cfg, out=f"{cfg.out}-full"))
+    # The clock as above: epoch 2 is due and written, epoch 3 is kept in memory only.
+    monkeypatch.setattr(train, "time", Clock(step=3.0))
+    real_train = train.train_one_epoch
+    epochs = []
+
+    def killed_in_epoch_4(*args, **kwargs):
+        epochs.append(1)
+        if len(epochs) == 4:
+            raise Killed
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(train, "train_one_epoch", killed_in_epoch_4)
+    with pytest.raises(Killed):
+        train.fit(cfg)
+    monkeypatch.undo()
+    # Epoch 3 was only in memory: lost with the process, and trained again on resume.
+    assert load_checkpoint(f"{cfg.out}/last.pt")["epoch"] == 2
+    resumed = train.fit(cfg, load_checkpoint(f"{cfg.out}/last.pt"), f"{cfg.out}/last.pt")
+    assert resumed["history"] == full["history"]
+    final = load_checkpoint(f"{cfg.out}-full/last.pt")["model"]
+    for key, tensor in load_checkpoint(f"{cfg.out}/last.pt")["model"].items():
+        assert torch.equal(tensor, final[key]), key

@@ -29,7 +29,10 @@ def citing_files() -> list[Path]:
     files = []
     for name in CITING:
         path = REPO / name
-        files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.is_file())
+        elif path.is_file():  # an sdist has no benchmarks/
+            files.append(path)
     # This file names made-up IDs on purpose (below); rules.md is where IDs are defined.
     skip = {Path(__file__).resolve(), RULES.resolve()}
     return [p for p in files if p.resolve() not in skip and "__pycache__" not in p.parts]

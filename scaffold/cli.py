@@ -16,7 +16,6 @@ from scaffold import __version__
 from scaffold.errors import UsageError
 from scaffold.one_line import OneLineErrors
 from scaffold.option_flags import given_options, set_help, with_option_flags
-from scaffold.options import describe_answers
 from scaffold.prompts import stdin_is_interactive
 
 app = typer.Typer(
@@ -60,6 +59,7 @@ def new(
             "update works at once. [default: on; skipped with a note when git is not on PATH "
             "or DEST is inside a git work tree; a git failure is a warning, and the project is "
             "kept]",
+            show_default=False,  # said above
         ),
     ] = True,
     defaults: Annotated[
@@ -144,48 +144,9 @@ def update(
     The project must be committed in git. Conflicting edits are left inline between
     <<<<<<< and >>>>>>> markers and listed; the exit code is then 1.
     """
-    from scaffold import update as updater  # imports copier
+    from scaffold.update_report import update_and_report  # imports copier
 
-    project = path.absolute()
-    if check:
-        current, available, newer = updater.check_for_update(project, template, to)
-        if newer is None:  # a hash on a remote that is no branch or tag tip
-            typer.echo(f"on template {current}; whether {available} is newer shows on update")
-            return 0
-        typer.echo(
-            f"a newer template is available: {current} -> {available}"
-            if newer
-            else f"up to date with template {current}"
-        )
-        return 0
-    sets = updater.parse_sets(set_ or [])
-    result = updater.update_project(project, sets, to=to, template=template)
-    for note in result.notes:
-        typer.echo(f"note: {note}", err=True)
-    if result.repointed:
-        typer.echo(f"recorded the template source {result.repointed} (committed)")
-    before, after = updater.short(result.before), updater.short(result.after)
-    what = f"template {before} -> {after}" if before != after else f"template {after}"
-    now = describe_answers(updater.read_project_answers(project))
-    typer.echo(f"Updated {project.name}: {what}; now {now}")
-    if result.conflicts:
-        typer.echo(
-            f"{len(result.conflicts)} file(s) with conflicts, marked inline between "
-            "'<<<<<<< before updating' and '>>>>>>> after updating':",
-            err=True,
-        )
-        for name in result.conflicts:
-            typer.echo(f"  {name}", err=True)
-        typer.echo(
-            "Resolve them, run python -m pytest -q, then git add -A && git commit.", err=True
-        )
-        return 1
-    if result.changed:
-        typer.echo(f"{len(result.changed)} file(s) changed; review with git diff, run")
-        typer.echo("python -m pytest -q, then git add -A && git commit.")
-    else:
-        typer.echo("Nothing changed.")
-    return 0
+    return update_and_report(path.absolute(), set_ or [], to=to, template=template, check=check)
 
 
 class Format(str, Enum):

@@ -1,11 +1,4 @@
-"""The flags of `scaffold new`, one for each option of copier.yml, made from its definition.
-
-Typer builds a command's parameters from the signature of its function. `with_option_flags`
-gives the function a signature (`__signature__`, which `inspect.signature` and so Typer read)
-with one keyword parameter per option, typed and helped from copier.yml; the function itself
-takes them as **options. They then go through Typer's own code, as hand-written ones would:
-the same help layout, bool flags as --amp/--no-amp, ints and floats parsed, choices checked.
-"""
+"""The flags of `scaffold new`, one for each option of copier.yml, made from its definition."""
 
 import inspect
 from enum import Enum
@@ -52,7 +45,14 @@ def _parameter(question: Question) -> inspect.Parameter:
 
 def with_option_flags(command):
     """Give `command(ARGUMENTS, *, OWN FLAGS, **options)` a flag for each option, between its
-    arguments and its own flags (the order --help lists them in)."""
+    arguments and its own flags (the order --help lists them in).
+
+    Typer builds a command's parameters from the signature of its function: this one gets a
+    signature (`__signature__`, which `inspect.signature`, and so Typer, reads) with a keyword
+    parameter per option, typed and helped from copier.yml, as if written by hand; the function
+    takes them as **options. They go through Typer's own code, as hand-written ones would: the
+    same --help layout, bools as --amp/--no-amp, ints and floats parsed, choices checked.
+    """
     signature = inspect.signature(command)
     *own, rest = signature.parameters.values()
     if rest.kind is not inspect.Parameter.VAR_KEYWORD:

@@ -255,6 +255,11 @@ def test_every_question_of_copier_yml_is_a_flag_of_the_new_command(monkeypatch):
         assert all(seen[other] is None for other in seen if other != name), (name, seen)
 
 
+def test_update_set_help_names_every_option():
+    text = "".join(CliRunner().invoke(cli.app, ["update", "--help"]).output.split())
+    assert "KEYisoneof:" + ",".join(OPTIONS) + "." in text
+
+
 def test_reserved_package_names_cover_keywords_and_the_standard_library():
     reserved = set(SPEC["reserved_package_names"]["default"].split())
     public = {name.lower() for name in sys.stdlib_module_names if not name.startswith("_")}

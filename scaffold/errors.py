@@ -1,4 +1,4 @@
-"""The one error type users see; cli.py turns it into a one-line message and an exit code."""
+"""The one error type users see; one_line.py turns it into a one-line message and an exit code."""
 
 import shutil
 

@@ -29,7 +29,7 @@ LOCATION_VARIABLES = (
 
 @dataclass
 class GitOutcome:
-    """What happened to the project's repository; cli.py says it."""
+    """What happened to the project's repository; new_repository.py says it."""
 
     commit: str | None = None  # the first commit's short hash, when a repository was made
     branch: str | None = None

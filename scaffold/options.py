@@ -244,3 +244,9 @@ def project_names(dest: str) -> tuple[str, str]:
     if problem:
         raise UsageError(f"project name {shown!r}: {problem}")
     return name, answers["package_name"]
+
+
+def describe_answers(answers: dict) -> str:
+    """What a project was rendered with, as its answers file records it."""
+    known = {k: v for k, v in answers.items() if k in Options.__dataclass_fields__}
+    return Options(**known).describe()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scaffold import cli, render, smoke
+from scaffold import cli, new_smoke, render, smoke
 from tests.conftest import PYTHON, REPO
 
 runner = CliRunner()
@@ -301,7 +301,7 @@ def test_interrupt_after_the_render_says_the_project_is_kept(tmp_path, monkeypat
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_smoke_check", interrupted)
+    monkeypatch.setattr(new_smoke, "smoke_check_project", interrupted)
     result = invoke("new", str(tmp_path / "p"), "-y", "-q")
     assert result.exit_code == 130
     assert one_error_line(result.output) == (

@@ -8,10 +8,12 @@ import sys
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 import scaffold
-from scaffold import cli
+from scaffold import cli, new_project
 from scaffold.errors import UsageError
+from scaffold.option_flags import CHOICES, flag_help
 from scaffold.options import (
     DEFAULTS,
     OPTIONS,
@@ -203,15 +205,59 @@ def test_options_are_copier_questions_with_their_types_and_defaults():
 def test_every_option_is_a_flag_of_scaffold_new_with_copier_choices_and_help():
     params = inspect.signature(cli.new).parameters
     assert [name for name in params if name in OPTIONS] == list(OPTIONS)
-    assert [t.value for t in cli.Task] == list(OPTIONS["task"].choices)
-    assert [s.value for s in cli.Scheduler] == list(OPTIONS["scheduler"].choices)
+    assert [t.value for t in CHOICES["task"]] == list(OPTIONS["task"].choices)
+    assert [s.value for s in CHOICES["scheduler"]] == list(OPTIONS["scheduler"].choices)
     for name, question in OPTIONS.items():
-        help_text = cli._help(name)
+        help_text = flag_help(name)
         assert help_text.startswith(question.help), name
         default = (
             DEFAULTS[name] if question.type is not bool else ("on" if DEFAULTS[name] else "off")
         )
         assert help_text.endswith(f"[default: {default}]"), name
+
+
+def test_every_question_of_copier_yml_is_a_flag_of_the_new_command(monkeypatch):
+    # The expectation comes from copier.yml itself: each question it asks (not `when: false`),
+    # but the two names DEST gives, must be a flag of `scaffold new`, in --help with its help,
+    # and taken with its type: a value given by the flag reaches the worker as that option.
+    asked = {
+        name: spec
+        for name, spec in SPEC.items()
+        if not name.startswith("_")
+        and spec.get("when") is not False
+        and name not in ("project_name", "package_name")
+    }
+    assert len(asked) >= 14  # the copier.yml read is the one that defines the options
+    help_text = CliRunner().invoke(cli.app, ["new", "--help"]).output
+    unwrapped = "".join(help_text.split())  # lines wrap at spaces and after hyphens
+    help_text = " ".join(help_text.split())
+    seen = {}
+    monkeypatch.setattr(new_project, "new_project", lambda dest, given, **kw: seen.update(given))
+    for name, spec in asked.items():
+        flag = "--" + name.replace("_", "-")
+        kind = spec.get("type", "str")
+        if kind == "bool":
+            shown, args, value = f"{flag} / --no-{flag[2:]}", [flag], True
+            if spec.get("default") is True:
+                args, value = ["--no-" + flag[2:]], False
+        elif "choices" in spec:
+            choices = list(spec["choices"].values())
+            shown, args, value = f"{flag} <{'|'.join(choices)}>", [flag, choices[-1]], choices[-1]
+        else:
+            value = {"int": 7, "float": 0.5, "str": "x"}[kind]
+            shown, args = f"{flag} <{kind}>", [flag, str(value)]
+        assert shown in help_text, f"copier.yml's {name}: no {shown} in scaffold new --help"
+        assert "".join(spec["help"].split()) in unwrapped, name
+        seen.clear()
+        result = CliRunner().invoke(cli.app, ["new", "p", *args])
+        assert result.exit_code == 0, (name, result.output)
+        assert seen[name] == value and type(seen[name]) is type(value), (name, seen)
+        assert all(seen[other] is None for other in seen if other != name), (name, seen)
+
+
+def test_update_set_help_names_every_option():
+    text = "".join(CliRunner().invoke(cli.app, ["update", "--help"]).output.split())
+    assert "KEYisoneof:" + ",".join(OPTIONS) + "." in text
 
 
 def test_reserved_package_names_cover_keywords_and_the_standard_library():

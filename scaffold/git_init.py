@@ -53,7 +53,9 @@ def make_repository(dest: Path, files: list[Path], message: str) -> GitOutcome:
         return GitOutcome(skipped=NO_GIT)
     env = {key: value for key, value in os.environ.items() if key not in LOCATION_VARIABLES}
     top = _git(dest, env, "rev-parse", "--show-toplevel", check=False)
-    if top is not None:
+    # A folder the enclosing repository ignores (scaffold's own demo/, a scratch folder) is not
+    # the user's to commit there: it gets a repository of its own, so `scaffold update` works.
+    if top is not None and not _ignored_by(top, dest, env):
         return GitOutcome(skipped=f"{dest} is inside the git work tree {top}; commit it there")
     if os.path.lexists(dest / ".git"):  # something git cannot read as a repository: not ours
         return GitOutcome(skipped=f"{dest / '.git'} exists and is not a repository git can read")
@@ -65,6 +67,11 @@ def make_repository(dest: Path, files: list[Path], message: str) -> GitOutcome:
     except BaseException:  # Ctrl-C: no half-made repository either
         shutil.rmtree(dest / ".git", ignore_errors=True)
         raise
+
+
+def _ignored_by(top: str, dest: Path, env: dict) -> bool:
+    """Whether the work tree at `top` ignores `dest` (its .gitignore, exclude or global rules)."""
+    return _git(Path(top), env, "check-ignore", "-q", "--", str(dest), check=False) is not None
 
 
 def _init_and_commit(dest: Path, env: dict, files: list[Path], message: str) -> GitOutcome:

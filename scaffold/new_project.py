@@ -1,5 +1,7 @@
 """The worker of `scaffold new`: options, render, repository, smoke check, each step reported."""
 
+import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -68,6 +70,21 @@ def _report_created(created, seconds: float) -> None:
         typer.echo(f"  removed {stale.name}, left by a scaffold new that was killed", err=True)
 
 
+def _install_lines() -> str:
+    """How to install the project: into this environment when it is a venv that has torch
+    (the README's demo: installing torch again in a new venv would be minutes for nothing),
+    else into a venv of its own, torch first so that pip keeps the build chosen."""
+    in_venv = sys.prefix != sys.base_prefix
+    if in_venv and importlib.util.find_spec("torch") is not None:
+        return '  pip install -e ".[dev]"   # into this environment, which has torch\n'
+    return (
+        "  python -m venv .venv && . .venv/bin/activate\n"
+        "  pip install torch --index-url https://download.pytorch.org/whl/cpu"
+        "   # or the CUDA build: see README.md\n"
+        '  pip install -e ".[dev]"\n'
+    )
+
+
 def _print_next_steps(dest: Path, package: str) -> None:
     try:
         where = dest.relative_to(Path.cwd())
@@ -76,11 +93,8 @@ def _print_next_steps(dest: Path, package: str) -> None:
     typer.echo(
         "Next:\n"
         f"  cd {where}\n"
-        "  python -m venv .venv && . .venv/bin/activate\n"
-        "  pip install torch --index-url https://download.pytorch.org/whl/cpu"
-        "   # or the CUDA build: see README.md\n"
-        '  pip install -e ".[dev]"\n'
-        f"  python -m {package}.train --epochs 20 --out runs/first\n"
+        + _install_lines()
+        + f"  python -m {package}.train --epochs 20 --out runs/first\n"
         "  python -m pytest -q\n"
         "Its tests guard the training loop: a change that breaks one of the rules in its README\n"
         "(zero_grad before backward, clipping before the step, ...) fails them, naming the rule."

@@ -223,6 +223,41 @@ def test_dest_inside_a_repository_makes_none_and_says_so(tmp_path, plain_templat
     assert git(outer, "rev-list", "--all") == ""  # the user's repository is not touched
 
 
+def test_dest_ignored_by_the_enclosing_repository_gets_its_own(tmp_path, plain_template):
+    # scaffold's own README renders demo/ inside the checkout, which ignores it: the demo gets
+    # a repository of its own (so scaffold update works there) and the outer one is untouched.
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    git(outer, "init", "-q")
+    (outer / ".gitignore").write_text("/scratch/\n")
+    dest = outer / "scratch" / "proj"
+    result = new(dest, "--no-smoke", "--template", str(plain_template))
+    assert result.exit_code == 0, result.output
+    assert "  git repository made: first commit " in result.output
+    assert git(dest, "rev-parse", "--show-toplevel") == str(dest)
+    assert git(dest, "status", "--porcelain") == ""
+    assert git(outer, "status", "--porcelain") == "?? .gitignore"  # the project stays ignored
+    # A folder it does not ignore is still the user's to commit.
+    other = outer / "kept" / "proj"
+    result = new(other, "--no-smoke", "--template", str(plain_template))
+    assert not (other / ".git").exists(), result.output
+
+
+def test_next_steps_install_into_this_environment_when_it_has_torch(monkeypatch):
+    import sys
+
+    from scaffold import new_project
+
+    monkeypatch.setattr(sys, "base_prefix", sys.prefix + "-base")  # running in a venv
+    here = '  pip install -e ".[dev]"   # into this environment, which has torch\n'
+    assert new_project._install_lines() == here  # this venv has torch
+    monkeypatch.setattr(sys, "base_prefix", sys.prefix)  # not a venv: one of its own
+    lines = new_project._install_lines()
+    assert "python -m venv .venv" in lines and "--index-url" in lines and lines.endswith(
+        'pip install -e ".[dev]"\n'
+    )
+
+
 def test_without_git_on_path_makes_none_and_says_so(tmp_path, plain_template, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
     dest = tmp_path / "proj"

@@ -91,6 +91,14 @@ _EPOCH_MEAN_OF_FLOATS = """\
         step = next(i for i, value in enumerate(losses) if not math.isfinite(value))
         raise NonFiniteLoss("training", losses[step], step + 1)
 """
+_RUNNING_SUM = """\
+        value = loss.item()  # R11: a float, so no graph is kept
+        steps += 1
+        if not math.isfinite(value):
+            raise NonFiniteLoss("training", value, steps)
+        total += value * len(targets)
+        count += len(targets)
+"""
 _CLIP_HELPER = '''
 
 
@@ -259,6 +267,19 @@ EQUIVALENTS = [
                      "losses.append(loss.item())  # R11: a float, so no graph is kept"),
                 Edit("replace", "not torch.isfinite(losses[-1])", "not math.isfinite(losses[-1])"),
                 Edit("replace", _EPOCH_MEAN, _EPOCH_MEAN_OF_FLOATS))),
+    # The form most hand-written loops have: a float sum read at every step (issue 24: a
+    # running sum of loss.item() must pass as the list of floats above does).
+    Equivalent("a running sum of loss.item() * batch size", "engine.py",
+               lambda o: (Edit("replace", "    losses, sizes = [], []\n",
+                     "    total, count, steps = 0.0, 0, 0\n"),
+                Edit("delete", "# R11: detached, so no graph is kept"),
+                Edit("replace", "        losses.append(loss.detach())\n"
+                     "        sizes.append(len(targets))\n" + _CHECK, _RUNNING_SUM),
+                Edit("replace", "            show_progress(bar, losses)\n",
+                     "            bar.update()\n"),
+                Edit("replace", _EPOCH_MEAN, "    mean_loss = total / count\n"),
+                *((Edit("replace", "skipped = len(losses)", "skipped = steps"),) if o.amp else ())),
+               lambda o: not o.distributed and o.grad_accum == 1),
     Equivalent("model.train(False) instead of model.eval()", "engine.py",
                (Edit("replace", "model.eval()", "model.train(False)"),)),
     Equivalent("enumerate over the training batches", "engine.py",
@@ -321,9 +342,11 @@ EQUIVALENTS = [
                (Edit("move_before", "scheduler.step()", "val = evaluate("),),
                lambda o: o.scheduler == "cosine" and not o.warmup_steps),
     Equivalent("warm-up stepped right after optimizer.step()", "engine.py",
-               (Edit("replace", "        if schedule is not None:\n            schedule.step()  # R7: "
+               (Edit("replace", "        if schedule is not None:\n"
+                     "            schedule.step()  # R7: "
                      "once per optimizer step, after it: the next step's rate\n", ""),
-                Edit("replace", "        optimizer.step()  # R3: update with this batch's gradients\n",
+                Edit("replace",
+                     "        optimizer.step()  # R3: update with this batch's gradients\n",
                      "        optimizer.step()\n        if schedule is not None:\n"
                      "            schedule.step()\n")),
                lambda o: o.warmup_steps > 0 and not o.amp),

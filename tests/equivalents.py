@@ -38,6 +38,10 @@ def _clip(o: Options) -> bool:
     return o.clip
 
 
+def _accumulating(o: Options) -> bool:
+    return o.grad_accum > 1
+
+
 @dataclass(frozen=True)
 class Equivalent:
     rewrite: str  # what the user changed, in a few words
@@ -91,6 +95,30 @@ _EPOCH_MEAN_OF_FLOATS = """\
         step = next(i for i, value in enumerate(losses) if not math.isfinite(value))
         raise NonFiniteLoss("training", losses[step], step + 1)
 """
+_RUNNING_SUM = """\
+        value = loss.item()  # R11: a float, so no graph is kept
+        steps += 1
+        if not math.isfinite(value):
+            raise NonFiniteLoss("training", value, steps)
+        total += value * len(targets)
+        count += len(targets)
+"""
+_WINDOWS = """\
+    window = []
+    for batch in batches:
+        window.append(batch)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:  # R14: the end of the epoch flushes a last, shorter window
+        yield window
+"""
+_WINDOWS_BY_ISLICE = """\
+    batches = iter(batches)
+    while window := list(itertools.islice(batches, size)):  # R14: the last one may be shorter
+        yield window
+"""
+_AFTER_WINDOW_UPDATE = "        # R11: read from the device once per CHECK_EVERY optimizer steps.\n"
 _CLIP_HELPER = '''
 
 
@@ -259,6 +287,18 @@ EQUIVALENTS = [
                      "losses.append(loss.item())  # R11: a float, so no graph is kept"),
                 Edit("replace", "not torch.isfinite(losses[-1])", "not math.isfinite(losses[-1])"),
                 Edit("replace", _EPOCH_MEAN, _EPOCH_MEAN_OF_FLOATS))),
+    # The form most hand-written loops have: a float sum read at every step (issue 24: a
+    # running sum of loss.item() must pass as the list of floats above does).
+    Equivalent("a running sum of loss.item() * batch size", "engine.py",
+               lambda o: (Edit("replace", "    losses, sizes = [], []\n",
+                     "    total, count, steps = 0.0, 0, 0\n"),
+                Edit("delete", "# R11: detached, so no graph is kept"),
+                Edit("replace", "        losses.append(loss.detach())\n"
+                     "        sizes.append(len(targets))\n" + _CHECK, _RUNNING_SUM),
+                Edit("replace", "            show_progress(bar, losses)\n",
+                     "            bar.update()\n"),
+                Edit("replace", _EPOCH_MEAN, "    mean_loss = total / count\n"),
+                *([Edit("replace", "skipped = len(losses)", "skipped = steps")] if o.amp else []))),
     Equivalent("model.train(False) instead of model.eval()", "engine.py",
                (Edit("replace", "model.eval()", "model.train(False)"),)),
     Equivalent("enumerate over the training batches", "engine.py",
@@ -321,9 +361,11 @@ EQUIVALENTS = [
                (Edit("move_before", "scheduler.step()", "val = evaluate("),),
                lambda o: o.scheduler == "cosine" and not o.warmup_steps),
     Equivalent("warm-up stepped right after optimizer.step()", "engine.py",
-               (Edit("replace", "        if schedule is not None:\n            schedule.step()  # R7: "
+               (Edit("replace", "        if schedule is not None:\n"
+                     "            schedule.step()  # R7: "
                      "once per optimizer step, after it: the next step's rate\n", ""),
-                Edit("replace", "        optimizer.step()  # R3: update with this batch's gradients\n",
+                Edit("replace",
+                     "        optimizer.step()  # R3: update with this batch's gradients\n",
                      "        optimizer.step()\n        if schedule is not None:\n"
                      "            schedule.step()\n")),
                lambda o: o.warmup_steps > 0 and not o.amp),
@@ -332,17 +374,51 @@ EQUIVALENTS = [
                      "for average, current in zip(self.averaged, self.current, strict=True):\n"
                      "            average.lerp_(current, 1.0 - decay)"),),
                lambda o: o.ema),
+    # The accumulating loop's own rewrites.
+    Equivalent("windows cut with itertools.islice", "engine.py",
+               (Edit("replace", "import math\n", "import itertools\nimport math\n"),
+                Edit("replace", _WINDOWS, _WINDOWS_BY_ISLICE)),
+               _accumulating),
+    Equivalent("zero_grad right after the window's update", "engine.py",
+               (Edit("delete", "# R2, R14: once per window, before its backward"),
+                Edit("replace", _AFTER_WINDOW_UPDATE,
+                     "        optimizer.zero_grad(set_to_none=True)  # R2: the next window starts "
+                     "from none\n" + _AFTER_WINDOW_UPDATE)),
+               _accumulating),
 ]  # fmt: skip
 
 # The distributed option's loop is the one-process loop plus two sums over the processes (the
 # epoch's loss, its validation sums) and one at the divergence check: the rewrites run on the
 # one-process renders of the covering set only, which keeps the suite inside CI's time.
-# The rewrites are of the loop that steps once per batch: the accumulating loop (grad_accum
-# above 1) is another function, which they do not fit; its own rewrites are still to write.
+# The accumulating loop (grad_accum above 1) is another function: the rewrites of the loop
+# that steps once per batch do not fit it, except these, which touch what both loops share
+# (evaluate, the model's placement, the zero_grad call, clipping, the schedule), and its own.
+FIT_EITHER_LOOP = {
+    "clip_grad_norm_ imported by name",
+    "inference_mode instead of no_grad in evaluate",
+    "model.zero_grad instead of optimizer.zero_grad",
+    "model.train(False) instead of model.eval()",
+    "a no_grad block in evaluate instead of the decorator",
+    "a set_grad_enabled(False) block in evaluate",
+    "clipping inside a helper function",
+    "clip_grad_norm_ with keyword arguments",
+    "zero_grad at the end of the loop body",
+    "evaluate restores the mode it found",
+    "gradients set to None by hand",
+    "model moved to the device where it is built",
+    "plateau step with metrics= keyword",
+    "cosine step before validation",
+    "EMA update as a lerp_ per tensor",
+    "windows cut with itertools.islice",
+    "zero_grad right after the window's update",
+}
+assert FIT_EITHER_LOOP <= {e.rewrite for e in EQUIVALENTS}, "a name above names no rewrite"
 EQUIVALENTS = [
     replace(
         e,
-        applies=lambda o, applies=e.applies: applies(o) and not o.distributed and o.grad_accum == 1,
+        applies=lambda o, applies=e.applies, either=e.rewrite in FIT_EITHER_LOOP: (
+            applies(o) and not o.distributed and (o.grad_accum == 1 or either)
+        ),
     )
     for e in EQUIVALENTS
 ]

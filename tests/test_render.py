@@ -49,6 +49,7 @@ SHARED_FILES = (
     "src/{package}/config.py",
     "src/{package}/engine.py",
     "src/{package}/evaluate.py",
+    "src/{package}/export.py",
     "src/{package}/interface.py",
     "src/{package}/overfit.py",
     "src/{package}/plot.py",

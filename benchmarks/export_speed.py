@@ -134,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--reps", type=int, help="repetitions (default 7; 2 with --quick)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    parser.add_argument(
+        "--threads", type=int, help="CPU threads of torch and onnxruntime (default: torch's)"
+    )
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     reps = args.reps or (2 if args.quick else 7)
     settings = QUICK if args.quick else FULL
     limit = SINGLE_SAMPLES["quick" if args.quick else "full"]
@@ -161,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} "
         f"threads, onnxruntime {__import__('onnxruntime').__version__} with as many; "
         f"{reps} repetitions, the default project of each task trained one epoch on "
-        f"{settings['n_samples']} synthetic samples, timed on its validation split.",
+        f"{settings['n_samples']} synthetic samples, timed on its validation split. Load "
+        f"average at the end: {os.getloadavg()[0]:.1f} (other work on the machine slows "
+        "both, and torch's thread pool more than onnxruntime's when the cores are shared).",
         "",
         "Samples per second, median (min-max). *predict* is `Predictor.run(split)` in the "
         "run's batch size (file reading left out), and the model's forward one sample at a time "

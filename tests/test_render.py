@@ -58,6 +58,7 @@ SHARED_FILES = (
     "src/{package}/train.py",
     "tests/loop_recorder.py",
     "tests/test_contract.py",
+    "tests/test_export.py",
     "tests/test_predict.py",
     "tests/test_watch.py",
 )

@@ -158,3 +158,19 @@ def test_quick_grad_accum_benchmark_writes_its_table(tmp_path):
         assert re.search(rf"\| {re.escape(loop)} \| {number} \|", table), loop
     for loop in ("no_sync on all but a window's last batch", "all-reduce on every batch"):
         assert re.search(rf"\| {re.escape(loop)} \| {number} \|", table), loop
+
+
+def test_quick_export_speed_benchmark_writes_its_table(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/export_speed.py", "--quick", "--out", str(tmp_path)],
+        REPO,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "export_speed.md").read_text()
+    assert "Command: `python benchmarks/export_speed.py --quick --out " in table
+    number = r"[\d,]+ \([\d,]+-[\d,]+\)"
+    for task in TASKS:
+        for batch in (r"\d+", "1"):
+            row = rf"\| {re.escape(task)} \| {batch} \| {number} \| {number} \| {number} \| "
+            assert re.search(row + r"\d+\.\d\dx \|", table), (task, batch)

@@ -49,6 +49,7 @@ SHARED_FILES = (
     "src/{package}/config.py",
     "src/{package}/engine.py",
     "src/{package}/evaluate.py",
+    "src/{package}/export.py",
     "src/{package}/interface.py",
     "src/{package}/overfit.py",
     "src/{package}/plot.py",
@@ -57,6 +58,7 @@ SHARED_FILES = (
     "src/{package}/train.py",
     "tests/loop_recorder.py",
     "tests/test_contract.py",
+    "tests/test_export.py",
     "tests/test_predict.py",
     "tests/test_watch.py",
 )

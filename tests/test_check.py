@@ -1212,6 +1212,54 @@ def test_issue27_lookalikes_have_no_finding(name, tmp_path):
     assert findings_of(ISSUE27_LOOKALIKES[name], tmp_path) == []
 
 
+# Issue 25 (2026-12-04): the causes of false alarms on repositories nobody had tuned on. Each
+# cause has a correct file in check_corpus/ (test_correct_loops_have_no_finding: no finding)
+# and here the bug put into that file in its own style: (file, the bug, the text replaced, its
+# replacement, the code expected, the text of the line it is expected at).
+UNSEEN_BUGS = [
+    (
+        "grad_divided",
+        "gradients no longer divided after the micro-steps",
+        "    for p in model.parameters():\n        p.grad /= accumulation\n",
+        "",
+        "SCF1401",
+        "loss.backward()",
+    ),
+    (
+        "grad_divided",
+        "training loss kept as a tensor",
+        "train_loss += loss.detach()",
+        "train_loss += loss",
+        "SCF1101",
+        "train_loss += loss",
+    ),
+    (
+        "grad_divided",
+        "validation loss summed with autograd on",
+        "            with torch.no_grad():\n                _, loss = model(x_val, y_val)\n"
+        "                val_loss += loss\n",
+        "            _, loss = model(x_val, y_val)\n            val_loss += loss\n",
+        "SCF1101",
+        "val_loss += loss",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "stem, what, old, new, code, text", UNSEEN_BUGS, ids=[f"{s}: {w}" for s, w, *_ in UNSEEN_BUGS]
+)
+def test_unseen_causes_bug_injected_is_found_at_its_line(
+    stem, what, old, new, code, text, tmp_path
+):
+    source = (CORPUS / f"{stem}.py").read_text()
+    assert source.count(old) == 1, (stem, old)
+    buggy = source.replace(old, new)
+    lines = buggy.splitlines()
+    found = findings_of(buggy, tmp_path, f"{stem}.py")
+    at = {line for line, c in found if c == code}
+    assert any(lines[line - 1].strip() == text for line in at), (what, found)
+
+
 def test_model_named_eval_call_without_a_name_is_no_internal_error(tmp_path):
     # yolov5 ModelEMA: `self.ema = deepcopy(model).eval()`, then a loop over its parameters
     text = """

@@ -163,8 +163,23 @@ def loss_tensor_kept(module: Module):
         nodes = module.project.nodes_of(unit.node)
         feeding = backward_sources(nodes)  # style_loss += mse(...) then (c + style_loss).backward()
         for node in nodes:
-            if _keeps(node, names) and _target(node) not in feeding:
+            if (
+                _keeps(node, names)
+                and _target(node) not in feeding
+                and not _grad_free_here(module, node, unit.node)
+            ):
                 yield node, "SCF1101"
+
+
+def _grad_free_here(module: Module, node, stop) -> bool:
+    """Whether a node runs under `with torch.no_grad():` (or inference_mode) inside `stop`: a
+    loss made there has no graph, so keeping it as a tensor (`val_loss += loss` for an
+    all_reduce) holds nothing but its value."""
+    return any(
+        isinstance(outer, ast.With | ast.AsyncWith)
+        and any(last_name(i.context_expr) in ("no_grad", "inference_mode") for i in outer.items)
+        for outer in module.ancestors(node, stop)
+    )
 
 
 def _target(node) -> str | None:
@@ -530,6 +545,8 @@ def _divided(module: Module, event, unit) -> bool:
         )
     ):
         return True  # a loss handed in by the caller, made (and divided) where this cannot see
+    if _grads_divided(module, scope):
+        return True
     for n in module.project.nodes_of(scope):
         if isinstance(n, ast.AugAssign) and dotted(n.target) == key:
             if isinstance(n.op, scaling):
@@ -546,6 +563,34 @@ def _divided(module: Module, event, unit) -> bool:
                     ):
                         return True
     return False
+
+
+def _grads_divided(module: Module, scope) -> bool:
+    """Whether the function divides the accumulated gradients themselves before the step
+    (modded-nanogpt's `for p in model.parameters(): p.grad /= k`, or `p.grad.div_(k)`): the
+    same mean as dividing each micro-batch's loss."""
+    for n in module.project.nodes_of(scope):
+        if (
+            isinstance(n, ast.AugAssign)
+            and isinstance(n.op, ast.Div | ast.Mult)
+            and _is_grad(n.target)
+        ):
+            return True
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("div_", "mul_")
+            and _is_grad(n.func.value)
+        ):
+            return True
+    return False
+
+
+def _is_grad(node) -> bool:
+    """`p.grad` or `p.grad.data`."""
+    if isinstance(node, ast.Attribute) and node.attr == "data":
+        node = node.value
+    return isinstance(node, ast.Attribute) and node.attr == "grad"
 
 
 def accumulation_cadence(module: Module):

@@ -51,6 +51,8 @@ def test_correct_loops_have_no_finding(unit):
 # stays silent.
 OPT_IN_FINDINGS = {
     "accumulation": {"SCF1201", "SCF3101"},
+    "amp_precision_choice": {"SCF3101"},
+    "grad_divided": {"SCF3101"},
     "class_trainer": {"SCF3101"},
     "ema_class_trainer": {"SCF3101"},
     "amp_flag": {"SCF3101"},
@@ -1241,6 +1243,22 @@ UNSEEN_BUGS = [
         "            _, loss = model(x_val, y_val)\n            val_loss += loss\n",
         "SCF1101",
         "val_loss += loss",
+    ),
+    (
+        "amp_precision_choice",
+        "GradScaler built for every amp precision, bfloat16 included",
+        'need_scaler = args.precision == "amp"',
+        'need_scaler = args.precision.startswith("amp")',
+        "SCF602",
+        'scaler = torch.amp.GradScaler("cuda")',
+    ),
+    (
+        "amp_precision_choice",
+        "the backward helper no longer scales the loss",
+        "        scaler.scale(total_loss).backward()",
+        "        total_loss.backward()",
+        "SCF503",
+        "scaler.step(optimizer)",
     ),
 ]
 

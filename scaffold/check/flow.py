@@ -564,7 +564,13 @@ class Module:
         name = last_name(call)
         if name in CLIPS:
             return Event(CLIP, call)
-        if name in BACKWARD_CALLS and not _distributed_autograd(func):
+        if (
+            name in BACKWARD_CALLS
+            and not _distributed_autograd(func)
+            and not (isinstance(func, ast.Name) and self.resolve(call, ctx) is not None)
+        ):
+            # A project's own `def backward(loss, scaler):` is read, not taken for one: it may
+            # scale the loss on some paths (open_clip)
             return self._backward(call, ctx)
         if name in OPTIMIZERS and (isinstance(func, ast.Name) or "optim" in f"{dotted(func)}"):
             return Event(BUILD, call)

@@ -434,8 +434,59 @@ def scaler_with_bf16(module: Module):
             # True, or no flag at all, is on whatever the dtype.
             continue
         scope = module.enclosing_function(node) or module.tree
+        if _built_for_one_precision(module, node, scope):
+            continue
         if _may_use_bf16(module, scope):
             yield node, "SCF602"
+
+
+def _built_for_one_precision(module: Module, node, scope) -> bool:
+    """Whether a GradScaler is built only under an `if` that picks one precision that is not
+    bfloat16: `if args.precision == "amp":`, `if dtype == torch.float16:`, or a name set only
+    to such tests (open_clip's `need_scaler = args.precision == "amp"`). As `enabled=` with a
+    flag, it is on for that choice alone. A bare flag (`if args.amp:`) picks no dtype: the
+    scaler may still run beside bfloat16, and is reported."""
+    for outer in module.ancestors(node, scope):
+        if isinstance(outer, ast.If) and _in_body(module, node, outer):
+            if _picks_non_bf16(module, outer.test, scope):
+                return True
+    return False
+
+
+def _in_body(module: Module, node, branch: ast.If) -> bool:
+    inside = node
+    while inside is not None and module.parents.get(inside) is not branch:
+        inside = module.parents.get(inside)
+    return inside is not None and inside in branch.body
+
+
+def _picks_non_bf16(module: Module, test, scope, depth: int = 0) -> bool:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_picks_non_bf16(module, v, scope, depth) for v in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        values = []
+        if isinstance(op, ast.Eq):
+            values = [test.left, right]
+        elif isinstance(op, ast.In) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+            values = list(right.elts)
+        chosen = [v for v in values if _precision_value(v)]
+        return bool(chosen) and not any(map(_names_bf16, ast.walk(test)))
+    if isinstance(test, ast.Name) and depth < 2:
+        sets = [
+            n.value
+            for n in module.project.nodes_of(scope)
+            if isinstance(n, ast.Assign) and any(dotted(t) == test.id for t in n.targets)
+        ]
+        return bool(sets) and all(_picks_non_bf16(module, v, scope, depth + 1) for v in sets)
+    return False
+
+
+def _precision_value(node) -> bool:
+    """A string constant, or `torch.float16`/`torch.half`: one precision named."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return True
+    return isinstance(node, ast.Attribute) and node.attr in ("float16", "half")
 
 
 def _may_use_bf16(module: Module, scope) -> bool:

@@ -4,7 +4,6 @@ an all_reduce. Issue 25, 2026-12-04."""
 
 import torch
 import torch.distributed as dist
-
 from model import GPT, batches
 
 model = GPT().cuda()
@@ -27,7 +26,7 @@ for step in range(1001):
         print(f"val {float(val_loss) / val_steps:.4f}")
     model.train()
     train_loss = 0.0
-    for i in range(1, accumulation + 1):
+    for _ in range(accumulation):
         _, loss = model(x, y)
         train_loss += loss.detach()
         x, y = next(batches("train"))

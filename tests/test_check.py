@@ -1260,6 +1260,30 @@ UNSEEN_BUGS = [
         "SCF503",
         "scaler.step(optimizer)",
     ),
+    (
+        "eval_in_loop",
+        "the eval() inside the test loop removed",
+        "            model.eval()\n",
+        "",
+        "SCF1002",
+        "for data, target in loader:",
+    ),
+    (
+        "eval_in_loop",
+        "the eval() moved after the forward: the first batch runs in training mode",
+        "            model.eval()\n            pred = model(data).argmax(1)\n",
+        "            pred = model(data).argmax(1)\n            model.eval()\n",
+        "SCF1002",
+        "for data, target in loader:",
+    ),
+    (
+        "eval_in_loop",
+        "train() no longer sets training mode",
+        "    model.train()\n",
+        "",
+        "SCF901",
+        "model.eval()",
+    ),
 ]
 
 

@@ -451,6 +451,8 @@ class Module:
                 self.add(paths, pass_)
                 return paths
             if node not in self.project.hot:
+                for call in _evals_first(node):  # the mode is set before the loop's forward
+                    self.add(paths, Event(EVAL_MODE, call, key=ctx.key(dotted(call.func.value))))
                 self.add(paths, Event(EVALUATE, node, called=self._called(node, ctx)))
             # Another loop runs once here: what it does, in order, is what matters.
             paths = self.block(node.body, ctx, paths)
@@ -792,6 +794,29 @@ class Module:
         """Every training step of the file, loops first, in source order."""
         units = self.loop_units() + self.function_units
         return sorted(units, key=lambda u: (u.node.lineno, u.node.col_offset))
+
+
+def _evals_first(loop) -> list:
+    """The `X.eval()` statements at the top level of a loop's body that run before anything
+    reads X (DaNN's `for data, target in loader: ...; model.eval(); model(data)`): every
+    iteration, so the first one too, sets the mode before the forward."""
+    found, seen = [], set()
+    for stmt in loop.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "eval"
+            and not call.args
+            and not call.keywords
+            and dotted(call.func.value)
+        ):
+            root = dotted(call.func.value).split(".")[0]
+            if root not in seen:
+                found.append(call)
+            continue
+        seen |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    return found
 
 
 def own_nodes(scope):

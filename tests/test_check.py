@@ -1284,6 +1284,25 @@ UNSEEN_BUGS = [
         "SCF901",
         "model.eval()",
     ),
+    (
+        "ddp_wrapper_mode",
+        "the module no longer put in eval mode before validating through its wrapper",
+        "        model.eval()\n",
+        "",
+        "SCF1002",
+        "for _ in range(val_steps):",
+    ),
+    (
+        "ddp_wrapper_mode",
+        "validation through the wrapper with autograd on",
+        "            with torch.no_grad():\n"
+        "                inputs, targets = val_loader.next_batch()\n"
+        "                val_loss += ddp_model(inputs, targets)\n",
+        "            inputs, targets = val_loader.next_batch()\n"
+        "            val_loss += ddp_model(inputs, targets).item()\n",
+        "SCF1001",
+        "for _ in range(val_steps):",
+    ),
 ]
 
 

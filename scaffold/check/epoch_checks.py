@@ -686,9 +686,11 @@ def evaluation_in_training_mode(module: Module):
                 mode = dict(start)
                 for event in first.events + second.events:
                     if event.kind == TRAIN_MODE and event.key:
-                        mode[event.key] = "train"
+                        for key in _same_module(module, event.key):
+                            mode[key] = "train"
                     elif event.kind == EVAL_MODE and event.key:
-                        mode[event.key] = "eval"
+                        for key in _same_module(module, event.key):
+                            mode[key] = "eval"
                     elif event.kind == PASS:
                         for key in event.called:  # a module is in training mode unless set
                             if _is_model(key, models):
@@ -705,6 +707,42 @@ def evaluation_in_training_mode(module: Module):
                             yield event.node, "SCF1002"
 
 
+# Calls that wrap a module and run it as it is: its mode is the wrapper's.
+MODE_WRAPPERS = {
+    "DistributedDataParallel", "DDP", "DataParallel", "compile", "FSDP",
+    "FullyShardedDataParallel",
+}  # fmt: skip
+
+
+def _same_module(module: Module, key: str) -> set:
+    """A name and the names bound, in this file, to a wrapper of it or to what it wraps
+    (`ddp_model = DDP(model)`, `model = torch.compile(net)`): setting the mode of one sets
+    it for all (modded-nanogpt evaluates `ddp_model` after `model.eval()`)."""
+    if not hasattr(module, "wrapped_pairs"):
+        pairs = set()
+        for node in module.nodes:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.value, ast.Call)
+                and last_name(node.value) in MODE_WRAPPERS
+                and node.value.args
+            ):
+                outer, inner = dotted(node.targets[0]), dotted(node.value.args[0])
+                if outer and inner and outer != inner:
+                    pairs.add((outer, inner))
+        module.wrapped_pairs = pairs
+    found, todo = {key}, [key]
+    while todo:
+        name = todo.pop()
+        for a, b in module.wrapped_pairs:
+            for x, y in ((a, b), (b, a)):
+                if x == name and y not in found:
+                    found.add(y)
+                    todo.append(y)
+    return found
+
+
 def inference_in_training_mode(module: Module):
     """R10: an inference loop (under no_grad or inference_mode) that runs a model built here,
     which nothing in the checked files ever puts in eval mode: a predictor whose eval() was
@@ -715,7 +753,11 @@ def inference_in_training_mode(module: Module):
             continue
         if _updates(module, loop):
             continue
-        keys = [k for k in _run_keys(module, loop) if k.rsplit(".", 1)[-1] not in evaluated]
+        keys = [
+            k
+            for k in _run_keys(module, loop)
+            if not any(a.rsplit(".", 1)[-1] in evaluated for a in _same_module(module, k))
+        ]
         if not keys:
             continue
         function = module.enclosing_function(loop)

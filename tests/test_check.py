@@ -53,6 +53,7 @@ OPT_IN_FINDINGS = {
     "accumulation": {"SCF1201", "SCF3101"},
     "amp_precision_choice": {"SCF3101"},
     "grad_divided": {"SCF3101"},
+    "optional_encoder": {"SCF1201"},
     "class_trainer": {"SCF3101"},
     "ema_class_trainer": {"SCF3101"},
     "amp_flag": {"SCF3101"},
@@ -1302,6 +1303,30 @@ UNSEEN_BUGS = [
         "            val_loss += ddp_model(inputs, targets).item()\n",
         "SCF1001",
         "for _ in range(val_steps):",
+    ),
+    (
+        "optional_encoder",
+        "the optional encoder no longer put in eval mode",
+        "    if encoder is not None:\n        encoder.eval()\n",
+        "",
+        "SCF1002",
+        "for imgs, caps in loader:",
+    ),
+    (
+        "optional_encoder",
+        "the decoder no longer put in eval mode",
+        "    decoder.eval()\n",
+        "",
+        "SCF1002",
+        "for imgs, caps in loader:",
+    ),
+    (
+        "optional_encoder",
+        "train() no longer sets the decoder's training mode",
+        "    decoder.train()\n",
+        "",
+        "SCF901",
+        "decoder.eval()",
     ),
 ]
 

@@ -684,7 +684,7 @@ def evaluation_in_training_mode(module: Module):
         for first in paths:
             for second in paths:  # the evaluation of one epoch meets the modes of the next
                 mode = dict(start)
-                for event in first.events + second.events:
+                for path, event in [(p, e) for p in (first, second) for e in p.events]:
                     if event.kind == TRAIN_MODE and event.key:
                         for key in _same_module(module, event.key):
                             mode[key] = "train"
@@ -701,10 +701,47 @@ def evaluation_in_training_mode(module: Module):
                         trained = [
                             k
                             for k in event.called
-                            if mode.get(k) == "train" and _is_model(k, models)
+                            if mode.get(k) == "train"
+                            and _is_model(k, models)
+                            and not _not_run(module, event.node, k, path.decisions)
                         ]
                         if trained and _evaluation_loop(module, event.node):
                             yield event.node, "SCF1002"
+
+
+def _not_run(module: Module, loop, key: str, decisions: dict) -> bool:
+    """Whether, on a path that decided its conditions so, a loop never runs `key`: every call
+    of it sits in a branch of an `if` the path did not take (the captioning tutorial's
+    `if encoder is not None: encoder.eval()`, then the same test around `encoder(imgs)`)."""
+    if not decisions:
+        return False
+    project = module.project
+    home = project.module_at(loop)
+    uses = [
+        n
+        for n in ast.walk(loop)
+        if isinstance(n, ast.Call)
+        and any(dotted(p) == key for p in (n.func, *n.args, *(k.value for k in n.keywords)))
+    ]
+    if not uses:
+        return False
+    for use in uses:
+        skipped = False
+        child = use
+        for outer in home.ancestors(use):
+            if isinstance(outer, ast.If) and outer in project.conditions:
+                text, sense = project.conditions[outer]
+                if text in decisions:
+                    taken = decisions[text] == sense
+                    if (child in outer.body) != taken:
+                        skipped = True
+                        break
+            if outer is loop:
+                break
+            child = outer
+        if not skipped:
+            return False
+    return True
 
 
 # Calls that wrap a module and run it as it is: its mode is the wrapper's.

@@ -1328,6 +1328,31 @@ UNSEEN_BUGS = [
         "SCF901",
         "decoder.eval()",
     ),
+    (
+        "test_views",
+        "the test helper no longer decorated @torch.no_grad()",
+        "@torch.no_grad()\ndef perform_test",
+        "def perform_test",
+        "SCF1001",
+        "for inputs, labels in loader:",
+    ),
+    (
+        "test_views",
+        "an evaluation with autograd on added to the loop over views",
+        "        results.append(perform_test(loader, model))\n",
+        "        results.append(perform_test(loader, model))\n"
+        "        results.append([model(x) for x, _ in loader])\n",
+        "SCF1001",
+        "for views in cfg.views:",
+    ),
+    (
+        "test_views",
+        "the profiled forward no longer under the FLOP counter",
+        "    with counter:\n        model(inputs)\n",
+        "    model(inputs)\n",
+        "SCF1001",
+        "while retries:",
+    ),
 ]
 
 

@@ -422,11 +422,25 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
     for node in module.project.nodes_of(scope):
         if not isinstance(node, ast.Call) or last_name(node) in NOT_HELPERS:
             continue
-        if _grad_free_here(module, node, scope):
+        if _grad_free_here(module, node, scope) or _measured_here(module, node, scope):
             continue
         func = dotted(node.func)
+        if _function_alias(module, node.func, scope):
+            continue  # model_stats_fun = flop_count; model_stats_fun(model, inputs)
         if _model_like(func, evaluated):
-            return True
+            helper = module.resolve(node, Ctx(function)) if depth < 3 else None
+            if not isinstance(helper, FUNCTIONS):
+                if _factory(func):
+                    continue  # build_model(cfg), timm.create_model(name): builds, runs nothing
+                return True
+            # A function of the checked files named like a model (build_model(cfg),
+            # self.get_params_for_submodel(m)) is read, not taken for a forward pass
+            if not grad_free_function(module, helper) and _runs_model(
+                module.project.module_at(helper), helper, _handed(node, helper, evaluated),
+                helper, depth + 1,
+            ):  # fmt: skip
+                return True
+            continue
         if (
             isinstance(node.func, ast.Attribute)
             and node.func.attr in FORWARDS
@@ -441,14 +455,76 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
         if not isinstance(helper, FUNCTIONS) or grad_free_function(module, helper):
             continue
         home = module.project.module_at(helper)
-        params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
-        if params and params[0] in ("self", "cls") and isinstance(node.func, ast.Attribute):
-            params = params[1:]
-        names = {params[i] for i in passed if i < len(node.args) and i < len(params)}
-        names |= {k.arg for k in node.keywords if _model_like(dotted(k.value), evaluated)}
-        if _runs_model(home, helper, names - {None}, helper, depth + 1):
+        if _runs_model(home, helper, _handed(node, helper, evaluated), helper, depth + 1):
             return True
     return False
+
+
+# Contexts that count a forward pass's operations: a measurement, not an evaluation over data.
+MEASURING = {"FlopCounterMode", "FlopCountAnalysis", "ActivationCountAnalysis", "profile"}
+
+
+def _measured_here(module: Module, node, stop) -> bool:
+    """Whether a node runs inside `with FlopCounterMode():` (or torch.profiler.profile), or a
+    `with counter:` whose name holds one, inside `stop` (open_clip's FLOP profiler)."""
+    for outer in module.ancestors(node, stop):
+        if not isinstance(outer, ast.With | ast.AsyncWith):
+            continue
+        for item in outer.items:
+            expr = item.context_expr
+            if isinstance(expr, ast.Name):
+                expr = next(
+                    (
+                        n.value
+                        for n in module.project.nodes_of(stop)
+                        if isinstance(n, ast.Assign)
+                        and any(dotted(t) == expr.id for t in n.targets)
+                    ),
+                    expr,
+                )
+            if isinstance(expr, ast.Call) and last_name(expr) in MEASURING:
+                return True
+    return False
+
+
+def _function_alias(module: Module, func, scope) -> bool:
+    """Whether a called name only ever holds another function, named without a call and not
+    like a model (SlowFast's `model_stats_fun = flop_count`): it runs that function, not a
+    model."""
+    if not isinstance(func, ast.Name):
+        return False
+    values = [
+        n.value
+        for n in module.project.nodes_of(scope)
+        if isinstance(n, ast.Assign) and any(dotted(t) == func.id for t in n.targets)
+    ]
+    return bool(values) and all(
+        isinstance(v, ast.Name | ast.Attribute) and not _model_like(dotted(v), set())
+        for v in values
+    )
+
+
+FACTORY_PREFIXES = ("build_", "create_", "make_", "load_", "get_", "init_", "setup_")
+
+
+def _factory(func: str | None) -> bool:
+    """A call named as making a model (build_model, create_model, get_model), not running one."""
+    last = (func or "").rsplit(".", 1)[-1].lower()
+    return last.startswith(FACTORY_PREFIXES) and last.endswith(("model", "models", "net"))
+
+
+def _handed(call, helper, evaluated: set) -> set:
+    """The parameters of `helper` that `call` hands a model to."""
+    params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+    if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+        params = params[1:]
+    names = {
+        params[i]
+        for i, a in enumerate(call.args)
+        if i < len(params) and _model_like(dotted(a), evaluated)
+    }
+    names |= {k.arg for k in call.keywords if _model_like(dotted(k.value), evaluated)}
+    return names - {None}
 
 
 def _grad_free_here(module: Module, node, stop) -> bool:

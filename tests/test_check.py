@@ -53,6 +53,7 @@ OPT_IN_FINDINGS = {
     "accumulation": {"SCF1201", "SCF3101"},
     "amp_precision_choice": {"SCF3101"},
     "grad_divided": {"SCF3101"},
+    "nan_skip": {"SCF1201"},
     "optional_encoder": {"SCF1201"},
     "class_trainer": {"SCF3101"},
     "ema_class_trainer": {"SCF3101"},
@@ -1352,6 +1353,34 @@ UNSEEN_BUGS = [
         "    model(inputs)\n",
         "SCF1001",
         "while retries:",
+    ),
+    (
+        "nan_skip",
+        "clipping before backward",
+        "        loss.backward()\n"
+        "        grad_norm = clip_grad_norm_(model.parameters(), grad_clip)\n",
+        "        grad_norm = clip_grad_norm_(model.parameters(), grad_clip)\n"
+        "        loss.backward()\n",
+        "SCF401",
+        "grad_norm = clip_grad_norm_(model.parameters(), grad_clip)",
+    ),
+    (
+        "nan_skip",
+        "clipping after zero_grad",
+        "        optimizer.zero_grad()\n        losses.append(loss.item())\n",
+        "        optimizer.zero_grad()\n"
+        "        clip_grad_norm_(model.parameters(), grad_clip)\n"
+        "        losses.append(loss.item())\n",
+        "SCF401",
+        "clip_grad_norm_(model.parameters(), grad_clip)",
+    ),
+    (
+        "nan_skip",
+        "zero_grad removed",
+        "        optimizer.zero_grad()\n",
+        "",
+        "SCF202",
+        "optimizer.step()",
     ),
 ]
 

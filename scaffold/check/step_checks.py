@@ -46,8 +46,31 @@ def step_order(module: Module):
                 if event.kind == STEP and event.scaled:
                     yield event.node, "SCF504"
                     break
+        gating = {e.node for e in events if e.kind == CLIP and _gates_step(module, e.node)}
         for path in unit.paths:
-            yield from _path_order([e for e in path.events if e.kind != PASS])
+            yield from _path_order([e for e in path.events if e.kind != PASS], gating)
+
+
+def _gates_step(module: Module, clip) -> bool:
+    """Whether the norm a clipping call returns decides whether the step runs
+    (`grad_norm = clip_grad_norm_(...)`, then `if math.isnan(grad_norm): skip` else step, as
+    ESPnet-style recipes do): a path that clips and then zeroes without stepping is that skip,
+    on purpose."""
+    parent = module.parents.get(clip)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1):
+        return False
+    name = dotted(parent.targets[0])
+    scope = module.enclosing_function(clip) or module.tree
+    for node in module.project.nodes_of(scope):
+        if isinstance(node, ast.If) and name in {dotted(n) for n in ast.walk(node.test)}:
+            if any(
+                isinstance(n, ast.Call) and last_name(n) == "step"
+                for branch in (node.body, node.orelse)
+                for stmt in branch
+                for n in ast.walk(stmt)
+            ):
+                return True
+    return False
 
 
 STEP_NAMES = ("step", "batch", "train", "update", "iter", "fit", "optimi")
@@ -89,7 +112,7 @@ def _zeroed(module: Module, optimizer: str | None, zeroed: set) -> bool:
     return bool(zeroed & (models | {optimizer})) or bool(zeroed - known)
 
 
-def _path_order(events: list):
+def _path_order(events: list, gating=frozenset()):
     """R2-R5 along one path through a step. A misplaced zero_grad or step is reported once:
     the clipping it leaves out of place is the same bug, not a second one."""
 
@@ -132,7 +155,7 @@ def _path_order(events: list):
         if (
             before in (STEP, ZERO)
             or (before is None and after in (BACKWARD, ZERO))
-            or (before == BACKWARD and after == ZERO)
+            or (before == BACKWARD and after == ZERO and event.node not in gating)
         ):
             yield event.node, "SCF401"
             continue

@@ -425,9 +425,9 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
         if _grad_free_here(module, node, scope) or _measured_here(module, node, scope):
             continue
         func = dotted(node.func)
-        if _function_alias(module, node.func, scope):
-            continue  # model_stats_fun = flop_count; model_stats_fun(model, inputs)
         if _model_like(func, evaluated):
+            if _function_alias(module, node.func, scope):
+                continue  # model_stats_fun = flop_count; model_stats_fun(model, inputs)
             helper = module.resolve(node, Ctx(function)) if depth < 3 else None
             if not isinstance(helper, FUNCTIONS):
                 if _factory(func):

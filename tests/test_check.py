@@ -53,6 +53,7 @@ OPT_IN_FINDINGS = {
     "accumulation": {"SCF1201", "SCF3101"},
     "amp_precision_choice": {"SCF3101"},
     "grad_divided": {"SCF3101"},
+    "step_factory": {"SCF1201"},
     "nan_skip": {"SCF1201"},
     "optional_encoder": {"SCF1201"},
     "class_trainer": {"SCF3101"},
@@ -1381,6 +1382,30 @@ UNSEEN_BUGS = [
         "",
         "SCF202",
         "optimizer.step()",
+    ),
+    (
+        "step_factory",
+        "the caller no longer zeroes before the returned step",
+        "        state.optimizer.zero_grad()\n",
+        "",
+        "SCF202",
+        "optimizer.step()",
+    ),
+    (
+        "step_factory",
+        "clipping after the step inside the closure",
+        "        torch.nn.utils.clip_grad_norm_(params, clip)\n        optimizer.step()\n",
+        "        optimizer.step()\n        torch.nn.utils.clip_grad_norm_(params, clip)\n",
+        "SCF401",
+        "torch.nn.utils.clip_grad_norm_(params, clip)",
+    ),
+    (
+        "step_factory",
+        "zero_grad moved between backward and step",
+        "        loss.backward()\n",
+        "        loss.backward()\n        optimizer.zero_grad()\n",
+        "SCF201",
+        "optimizer.zero_grad()",
     ),
 ]
 

@@ -355,6 +355,8 @@ class Module:
                 level, module, name = self.imports[func.id]
                 if name is not None:
                     return self.project.function(self, level, module, name)
+            if ctx.function is not None:
+                return self._made_by_factory(func.id, ctx.function)
             return None
         if not isinstance(func, ast.Attribute):
             return None
@@ -371,6 +373,71 @@ class Module:
             parts = [p for p in (module, name, rest) if p]
             return self.project.function(self, level, ".".join(parts), func.attr)
         return None
+
+    def _made_by_factory(self, name: str, scope, depth: int = 0):
+        """The nested function a local name holds when every value it is given (None aside) is
+        a call of a factory of the checked files that returns it, maybe through torch.compile()
+        or another factory (open_clip's `train_step = _make_train_step(...)`, then
+        `train_step(batch)`): the call runs that function."""
+        busy = self.__dict__.setdefault("_factory_busy", set())
+        if (name, scope) in busy:
+            return None  # `fn = fn(x)`: a name read while it is being worked out
+        busy.add((name, scope))
+        try:
+            found = set()
+            for node in own_nodes(scope):
+                if isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
+                    value = node.value
+                    if isinstance(value, ast.Constant) and value.value is None:
+                        continue
+                    made = self._returned(value, scope, depth)
+                    if made is None:
+                        return None
+                    found.add(made)
+            return found.pop() if len(found) == 1 else None
+        finally:
+            busy.discard((name, scope))
+
+    def _returned(self, value, scope, depth: int):
+        """The nested function a value is: `factory(...)`, `torch.compile(factory(...))`."""
+        if depth > 2 or not isinstance(value, ast.Call):
+            return None
+        if last_name(value) == "compile" and value.args:
+            return self._returned(value.args[0], scope, depth)
+        factory = self.resolve(value, Ctx(scope))
+        if not isinstance(factory, FUNCTIONS):
+            return None
+        home = self.project.module_at(factory)
+        returns = [n for n in own_nodes(factory) if isinstance(n, ast.Return) and n.value]
+        made = set()
+        for ret in returns:
+            key = dotted(ret.value)
+            if isinstance(ret.value, ast.Name) and key in home.nested.get(factory, {}):
+                made.add(home.nested[factory][key])
+                continue
+            if key is None:
+                return None
+            values = [
+                n.value
+                for n in own_nodes(factory)
+                if isinstance(n, ast.Assign) and any(dotted(t) == key for t in n.targets)
+            ]
+            for v in values:
+                if isinstance(v, ast.Name | ast.Attribute):
+                    v = next(
+                        (
+                            n.value
+                            for n in own_nodes(factory)
+                            if isinstance(n, ast.Assign)
+                            and any(dotted(t) == dotted(v) for t in n.targets)
+                        ),
+                        None,
+                    )
+                inner = home._returned(v, factory, depth + 1) if v is not None else None
+                if inner is None:
+                    return None
+                made.add(inner)
+        return made.pop() if len(made) == 1 else None
 
     def enclosing_function(self, node):
         """The function a node is in; None at module level."""

@@ -379,24 +379,38 @@ class Module:
         a call of a factory of the checked files that returns it, maybe through torch.compile()
         or another factory (open_clip's `train_step = _make_train_step(...)`, then
         `train_step(batch)`): the call runs that function."""
-        busy = self.__dict__.setdefault("_factory_busy", set())
-        if (name, scope) in busy:
-            return None  # `fn = fn(x)`: a name read while it is being worked out
-        busy.add((name, scope))
-        try:
-            found = set()
+        values = self._call_values(scope).get(name)
+        if not values:
+            return None
+        memo = self.__dict__.setdefault("_factory_memo", {})
+        if (name, scope) in memo:
+            return memo[name, scope]  # None too while it is worked out: `fn = fn(x)`
+        memo[name, scope] = None
+        found = set()
+        for value in values:
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue
+            made = self._returned(value, scope, depth)
+            if made is None:
+                return None
+            found.add(made)
+        memo[name, scope] = result = found.pop() if len(found) == 1 else None
+        return result
+
+    def _call_values(self, scope) -> dict:
+        """name -> the values a function assigns to it, for the names given a call's value."""
+        index = self.__dict__.setdefault("_call_values_index", {})
+        if scope not in index:
+            values: dict = {}
             for node in own_nodes(scope):
-                if isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
-                    value = node.value
-                    if isinstance(value, ast.Constant) and value.value is None:
-                        continue
-                    made = self._returned(value, scope, depth)
-                    if made is None:
-                        return None
-                    found.add(made)
-            return found.pop() if len(found) == 1 else None
-        finally:
-            busy.discard((name, scope))
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            values.setdefault(target.id, []).append(node.value)
+            index[scope] = {
+                k: v for k, v in values.items() if any(isinstance(x, ast.Call) for x in v)
+            }
+        return index[scope]
 
     def _returned(self, value, scope, depth: int):
         """The nested function a value is: `factory(...)`, `torch.compile(factory(...))`."""

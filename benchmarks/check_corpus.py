@@ -537,7 +537,7 @@ verdict(
     "SCF401",
     "grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)",
     F,
-    "clip_grad_norm_ runs between backward() and step() in a meta-learning inner loop (not fixed: cause not found in time)",
+    "the step runs only when the clipped norm is not NaN (`if math.isnan(grad_norm): skip else step`), then zero_grad: the path clip -> zero_grad is that skip (fixed 2026-12-04)",
 )
 verdict(
     "jindongwang+transferlearning",
@@ -545,7 +545,7 @@ verdict(
     "SCF1002",
     "for batch_id, (data, target) in enumerate(data_tar):",
     F,
-    "model.eval() is the first statement inside the evaluation loop, before the forward (not fixed)",
+    "model.eval() is the first statement inside the evaluation loop, before the forward (fixed 2026-12-04)",
 )
 verdict(
     "jindongwang+transferlearning",
@@ -577,7 +577,7 @@ verdict(
     "SCF1002",
     "for i, (batch, label) in enumerate(loader):",
     F,
-    "test() puts the model in eval; the teacher is put in eval before the step loop, which runs it under no_grad (not fixed)",
+    "test() puts the teacher in eval and runs it under the same `if loss:` test (fixed 2026-12-04: a module run only under an if the path did not take is not evaluated there)",
 )
 verdict(
     "jindongwang+transferlearning",
@@ -673,7 +673,7 @@ verdict(
     "SCF602",
     "scaler = torch.amp.GradScaler(device=device)",
     F,
-    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (not fixed)',
+    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -681,7 +681,7 @@ verdict(
     "SCF602",
     "scaler = torch.cuda.amp.GradScaler()",
     F,
-    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (not fixed)',
+    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -689,7 +689,7 @@ verdict(
     "SCF602",
     "scaler = torch.amp.GradScaler(device=device)",
     F,
-    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (not fixed)',
+    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -697,7 +697,7 @@ verdict(
     "SCF602",
     "scaler = torch.cuda.amp.GradScaler()",
     F,
-    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (not fixed)',
+    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -713,7 +713,7 @@ verdict(
     "SCF503",
     "scaler.step(optimizer)",
     F,
-    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (not fixed)",
+    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (fixed 2026-12-04: the project's own backward() is read)",
 )
 verdict(
     "mlfoundations+open_clip",
@@ -721,7 +721,7 @@ verdict(
     "SCF503",
     "scaler.step(optimizer)",
     F,
-    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (not fixed)",
+    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (fixed 2026-12-04: the project's own backward() is read)",
 )
 verdict(
     "mlfoundations+open_clip",
@@ -729,7 +729,7 @@ verdict(
     "SCF1001",
     "while retries:",
     F,
-    "a retry loop (two tries) around FLOP profilers, not an evaluation over data (not fixed)",
+    "a retry loop (two tries) around FLOP profilers, not an evaluation over data (fixed 2026-12-04: a forward under FlopCounterMode is a measurement)",
 )
 verdict(
     "mlfoundations+open_clip",
@@ -737,7 +737,7 @@ verdict(
     "SCF202",
     "optimizer.step()",
     F,
-    "a torch.compile'd step closure; its caller calls optimizer.zero_grad() before each call (not fixed)",
+    "a torch.compile'd step closure; its caller calls optimizer.zero_grad() before each call (fixed 2026-12-04: calls through a factory's returned closure are resolved)",
 )
 
 
@@ -868,7 +868,7 @@ verdict(
     "SCF1002",
     "for _ in range(val_steps):",
     F,
-    "model.eval() is called on the module that `ddp_model = DDP(model)` wraps: the wrapper runs it in eval mode",
+    "model.eval() is called on the module that `ddp_model = DDP(model)` wraps: the wrapper runs it in eval mode (fixed)",
 )
 verdict(
     "eriklindernoren+PyTorch-GAN",
@@ -900,7 +900,7 @@ verdict(
     "SCF1001",
     "for num_view in cfg.TEST.NUM_TEMPORAL_CLIPS:",
     F,
-    "the loop only builds the model and calls perform_test(), which is decorated @torch.no_grad()",
+    "the loop only builds the model (build_model(cfg)), counts its FLOPs (`model_stats_fun = flop_count`) and calls perform_test(), which is decorated @torch.no_grad() (fixed)",
 )
 verdict(
     "facebookresearch+dinov2",
@@ -908,7 +908,7 @@ verdict(
     "SCF1001",
     "for m in self.student.values():",
     F,
-    "a loop that gathers parameter groups; no forward, nothing evaluated",
+    "a loop that gathers parameter groups; no forward, nothing evaluated: `self.get_maybe_fused_params_for_submodel(m)` was taken for a model call by its name (fixed)",
 )
 verdict(
     "facebookresearch+fairseq",
@@ -948,7 +948,7 @@ verdict(
     "SCF1001",
     "for step in range(max_len + 1):  # one extra step for EOS marker",
     F,
-    "_generate() is reached through the base class's generate(), decorated @torch.no_grad() in fairseq/sequence_generator.py",
+    "_generate() is reached through the base class's generate(), decorated @torch.no_grad() in fairseq/sequence_generator.py (not fixed: an override called from its base class's method is not followed)",
 )
 verdict(
     "facebookresearch+fairseq",
@@ -956,7 +956,7 @@ verdict(
     "SCF1001",
     "for subset_idx, subset in enumerate(subsets):",
     F,
-    "trainer.valid_step() runs the model under torch.no_grad() inside fairseq/trainer.py",
+    "trainer.valid_step() runs the model under torch.no_grad() inside fairseq/trainer.py; the loop's `trainer.get_model()` (named like a model) was taken for a forward (fixed)",
 )
 verdict(
     "facebookresearch+fairseq",
@@ -996,7 +996,7 @@ verdict(
     "SCF1002",
     "for i, (imgs, caps, caplens, allcaps) in enumerate(val_loader):",
     F,
-    "`if encoder is not None: encoder.eval()` then `if encoder is not None: imgs = encoder(imgs)`: the same test guards both",
+    "`if encoder is not None: encoder.eval()` then `if encoder is not None: imgs = encoder(imgs)`: the same test guards both (fixed)",
 )
 
 INJECTIONS: list = []

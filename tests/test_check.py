@@ -1232,6 +1232,14 @@ UNSEEN_BUGS = [
     ),
     (
         "grad_divided",
+        "gradients divided by the world size, not by the accumulation count",
+        "p.grad /= accumulation",
+        "p.grad /= world_size",
+        "SCF1401",
+        "loss.backward()",
+    ),
+    (
+        "grad_divided",
         "training loss kept as a tensor",
         "train_loss += loss.detach()",
         "train_loss += loss",

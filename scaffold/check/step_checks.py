@@ -643,11 +643,24 @@ def _grads_divided(module: Module, scope) -> bool:
     """Whether the function divides the accumulated gradients themselves before the step
     (modded-nanogpt's `for p in model.parameters(): p.grad /= k`, or `p.grad.div_(k)`): the
     same mean as dividing each micro-batch's loss."""
-    for n in module.project.nodes_of(scope):
+    nodes = list(module.project.nodes_of(scope))
+    # The accumulation count: what a loop's range or an every-k-th `% k` test reads. A
+    # division by anything else (`p.grad /= world_size` after a hand-written all_reduce) is
+    # not the accumulation's mean.
+    counts = {
+        dotted(n)
+        for node in nodes
+        if isinstance(node, ast.For | ast.AsyncFor)
+        or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod))
+        for n in ast.walk(node.iter if isinstance(node, ast.For | ast.AsyncFor) else node.right)
+        if isinstance(n, ast.Name | ast.Attribute)
+    } - {None}
+    for n in nodes:
         if (
             isinstance(n, ast.AugAssign)
             and isinstance(n.op, ast.Div | ast.Mult)
             and _is_grad(n.target)
+            and _reads(n.value, counts)
         ):
             return True
         if (
@@ -655,9 +668,16 @@ def _grads_divided(module: Module, scope) -> bool:
             and isinstance(n.func, ast.Attribute)
             and n.func.attr in ("div_", "mul_")
             and _is_grad(n.func.value)
+            and any(_reads(a, counts) for a in n.args)
         ):
             return True
     return False
+
+
+def _reads(node, names: set) -> bool:
+    return any(
+        dotted(n) in names for n in ast.walk(node) if isinstance(n, ast.Name | ast.Attribute)
+    )
 
 
 def _is_grad(node) -> bool:

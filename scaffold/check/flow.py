@@ -399,18 +399,22 @@ class Module:
 
     def _call_values(self, scope) -> dict:
         """name -> the values a function assigns to it, for the names given a call's value."""
-        index = self.__dict__.setdefault("_call_values_index", {})
-        if scope not in index:
+        index = self.__dict__.get("_call_values_index")
+        if index is None:  # one pass over the file's assignments, for every function at once
             values: dict = {}
-            for node in own_nodes(scope):
+            for node in self.nodes:
                 if isinstance(node, ast.Assign):
+                    function = self.enclosing_function(node)
                     for target in node.targets:
                         if isinstance(target, ast.Name):
-                            values.setdefault(target.id, []).append(node.value)
-            index[scope] = {
-                k: v for k, v in values.items() if any(isinstance(x, ast.Call) for x in v)
-            }
-        return index[scope]
+                            key = (function, target.id)
+                            values.setdefault(key, []).append(node.value)
+            index = {}
+            for (function, name), given in values.items():
+                if any(isinstance(x, ast.Call) for x in given):
+                    index.setdefault(function, {})[name] = given
+            self._call_values_index = index
+        return index.get(scope, {})
 
     def _returned(self, value, scope, depth: int):
         """The nested function a value is: `factory(...)`, `torch.compile(factory(...))`."""

@@ -1415,6 +1415,14 @@ UNSEEN_BUGS = [
         "SCF201",
         "optimizer.zero_grad()",
     ),
+    (
+        "generator_override",
+        "the base class's generate() no longer under no_grad",
+        "    @torch.no_grad()\n",
+        "",
+        "SCF1001",
+        "for _ in range(self.max_len):",
+    ),
 ]
 
 

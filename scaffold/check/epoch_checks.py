@@ -603,12 +603,45 @@ def _grad_free(module: Module, loop, function, callers: int = 3) -> bool:
             return True  # torch.set_grad_enabled(False) earlier in the function
     if function is None or not callers:
         return False
-    calls = module.project.callers(function)
+    calls = module.project.callers(function) or _base_callers(module, function)
     return bool(calls) and all(
         home.enclosing_function(call) is not function
         and _grad_free(home, call, home.enclosing_function(call), callers - 1)
         for call, home in calls
     )
+
+
+def _base_callers(module: Module, function) -> list:
+    """For a method no call of the checked files names, the calls of the method it overrides
+    in a base class of the checked files: `self._generate(...)` in the base's @torch.no_grad()
+    generate() runs the override (fairseq's sequence generators)."""
+    cls = module.owner.get(function)
+    if cls is None:
+        return []
+    project = module.project
+    for base in cls.bases:
+        found = None
+        if isinstance(base, ast.Name):
+            found = next(
+                (n for n in module.tree.body if isinstance(n, ast.ClassDef) and n.name == base.id),
+                None,
+            )
+            if found is None and base.id in module.imports:
+                level, name, original = module.imports[base.id]
+                target = project._module(module, level, name) if original else None
+                if target is not None:
+                    found = next(
+                        (
+                            n
+                            for n in target.tree.body
+                            if isinstance(n, ast.ClassDef) and n.name == original
+                        ),
+                        None,
+                    )
+        method = project.methods.get(found, {}).get(function.name) if found else None
+        if method is not None and method is not function:
+            return project.callers(method)
+    return []
 
 
 def _no_grad_with(node) -> bool:

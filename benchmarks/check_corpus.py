@@ -537,7 +537,7 @@ verdict(
     "SCF401",
     "grad_norm = clip_grad_norm_(model.parameters(), args.grad_clip)",
     F,
-    "clip_grad_norm_ runs between backward() and step() in a meta-learning inner loop (not fixed: cause not found in time)",
+    "the step runs only when the clipped norm is not NaN (`if math.isnan(grad_norm): skip else step`), then zero_grad: the path clip -> zero_grad is that skip (fixed 2026-12-04)",
 )
 verdict(
     "jindongwang+transferlearning",
@@ -545,7 +545,7 @@ verdict(
     "SCF1002",
     "for batch_id, (data, target) in enumerate(data_tar):",
     F,
-    "model.eval() is the first statement inside the evaluation loop, before the forward (not fixed)",
+    "model.eval() is the first statement inside the evaluation loop, before the forward (fixed 2026-12-04)",
 )
 verdict(
     "jindongwang+transferlearning",
@@ -577,7 +577,7 @@ verdict(
     "SCF1002",
     "for i, (batch, label) in enumerate(loader):",
     F,
-    "test() puts the model in eval; the teacher is put in eval before the step loop, which runs it under no_grad (not fixed)",
+    "test() puts the teacher in eval and runs it under the same `if loss:` test (fixed 2026-12-04: a module run only under an if the path did not take is not evaluated there)",
 )
 verdict(
     "jindongwang+transferlearning",
@@ -673,7 +673,7 @@ verdict(
     "SCF602",
     "scaler = torch.amp.GradScaler(device=device)",
     F,
-    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (not fixed)',
+    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -681,7 +681,7 @@ verdict(
     "SCF602",
     "scaler = torch.cuda.amp.GradScaler()",
     F,
-    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (not fixed)',
+    'the scaler is built only when args.precision == "amp", which get_autocast maps to float16 (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -689,7 +689,7 @@ verdict(
     "SCF602",
     "scaler = torch.amp.GradScaler(device=device)",
     F,
-    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (not fixed)',
+    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -697,7 +697,7 @@ verdict(
     "SCF602",
     "scaler = torch.cuda.amp.GradScaler()",
     F,
-    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (not fixed)',
+    'the scaler is built only when need_scaler: precision "amp" (float16) or an FSDP float16 dtype (fixed 2026-12-04)',
 )
 verdict(
     "mlfoundations+open_clip",
@@ -713,7 +713,7 @@ verdict(
     "SCF503",
     "scaler.step(optimizer)",
     F,
-    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (not fixed)",
+    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (fixed 2026-12-04: the project's own backward() is read)",
 )
 verdict(
     "mlfoundations+open_clip",
@@ -721,7 +721,7 @@ verdict(
     "SCF503",
     "scaler.step(optimizer)",
     F,
-    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (not fixed)",
+    "backward(total_loss, scaler) runs scaler.scale(loss).backward() whenever scaler is not None (fixed 2026-12-04: the project's own backward() is read)",
 )
 verdict(
     "mlfoundations+open_clip",
@@ -729,7 +729,7 @@ verdict(
     "SCF1001",
     "while retries:",
     F,
-    "a retry loop (two tries) around FLOP profilers, not an evaluation over data (not fixed)",
+    "a retry loop (two tries) around FLOP profilers, not an evaluation over data (fixed 2026-12-04: a forward under FlopCounterMode is a measurement)",
 )
 verdict(
     "mlfoundations+open_clip",
@@ -737,9 +737,267 @@ verdict(
     "SCF202",
     "optimizer.step()",
     F,
-    "a torch.compile'd step closure; its caller calls optimizer.zero_grad() before each call (not fixed)",
+    "a torch.compile'd step closure; its caller calls optimizer.zero_grad() before each call (fixed 2026-12-04: calls through a factory's returned closure are resolved)",
 )
 
+
+# 2026-12-04: 19 more repositories nobody here had looked at (see docs/check-recall.md).
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-09_SOAP/train_gpt2.py",
+    "SCF1101",
+    "val_loss += loss",
+    F,
+    "under torch.no_grad() the loss has no graph: a tensor sum kept for the all_reduce holds nothing (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-10_Muon/train_gpt2.py",
+    "SCF1101",
+    "val_loss += loss",
+    F,
+    "under torch.no_grad() the loss has no graph: a tensor sum kept for the all_reduce holds nothing (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-09_SOAP/train_gpt2.py",
+    "SCF2401",
+    "log = dict(step=step, code=code, model=raw_model.state_dict(), optimizers=[opt.state_dict() for opt in optimizers])",
+    D,
+    "the compiled module's state dict: every key is saved with `_orig_mod.` and nothing in the repository loads or strips them (the rule's claim holds; a record script that never reloads)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-10_Muon/train_gpt2.py",
+    "SCF2401",
+    "log = dict(step=step, code=code, model=raw_model.state_dict(), optimizers=[opt.state_dict() for opt in optimizers])",
+    D,
+    "the compiled module's state dict: every key is saved with `_orig_mod.` and nothing in the repository loads or strips them (the rule's claim holds; a record script that never reloads)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-14_ModernArch/train_gpt2.py",
+    "SCF2401",
+    "log = dict(step=step, code=code, model=raw_model.state_dict(), optimizers=[opt.state_dict() for opt in optimizers])",
+    D,
+    "the compiled module's state dict: every key is saved with `_orig_mod.` and nothing in the repository loads or strips them (the rule's claim holds; a record script that never reloads)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-12-04_ValueEmbed/train_gpt2.py",
+    "SCF2401",
+    "log = dict(step=step, code=code, model=raw_model.state_dict(), optimizers=[opt.state_dict() for opt in optimizers])",
+    D,
+    "the compiled module's state dict: every key is saved with `_orig_mod.` and nothing in the repository loads or strips them (the rule's claim holds; a record script that never reloads)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_2_medium/2024-12-31_Target350M/train_gpt.py",
+    "SCF2401",
+    "log = dict(step=step, code=code, model=model.state_dict(), optimizers=[opt.state_dict() for opt in optimizers])",
+    D,
+    "the compiled module's state dict: every key is saved with `_orig_mod.` and nothing in the repository loads or strips them (the rule's claim holds; a record script that never reloads)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-09_SOAP/train_gpt2.py",
+    "SCF1401",
+    "loss.backward()",
+    F,
+    "each micro-batch's loss is summed by backward, then `p.grad /= train_accumulation_steps` for every parameter before the step: the same mean (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-09_SOAP/train_gpt2.py",
+    "SCF1401",
+    "loss.backward() # just sync on the last step",
+    F,
+    "each micro-batch's loss is summed by backward, then `p.grad /= train_accumulation_steps` for every parameter before the step: the same mean (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-10_Muon/train_gpt2.py",
+    "SCF1401",
+    "loss.backward()",
+    F,
+    "each micro-batch's loss is summed by backward, then `p.grad /= train_accumulation_steps` for every parameter before the step: the same mean (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-10_Muon/train_gpt2.py",
+    "SCF1401",
+    "loss.backward() # just sync on the last step",
+    F,
+    "each micro-batch's loss is summed by backward, then `p.grad /= train_accumulation_steps` for every parameter before the step: the same mean (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-14_ModernArch/train_gpt2.py",
+    "SCF1401",
+    "loss.backward()",
+    F,
+    "each micro-batch's loss is summed by backward, then `p.grad /= train_accumulation_steps` for every parameter before the step: the same mean (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-14_ModernArch/train_gpt2.py",
+    "SCF1401",
+    "loss.backward() # just sync on the last step",
+    F,
+    "each micro-batch's loss is summed by backward, then `p.grad /= train_accumulation_steps` for every parameter before the step: the same mean (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-12-04_ValueEmbed/train_gpt2.py",
+    "SCF1401",
+    "loss.backward()",
+    F,
+    "each micro-batch's loss is summed by backward, then `p.grad /= train_accumulation_steps` for every parameter before the step: the same mean (fixed)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_1_short/2024-10-14_ModernArch/train_gpt2.py",
+    "SCF1001",
+    "for _ in range(val_steps):",
+    D,
+    "validation under autocast but not no_grad, on purpose: its comment says no_grad broke torch.compile; the graph is built and freed every batch",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_2_medium/2024-12-31_Target350M/train_gpt.py",
+    "SCF1002",
+    "for _ in range(val_steps):",
+    F,
+    "model.eval() is called on the module that `ddp_model = DDP(model)` wraps: the wrapper runs it in eval mode (fixed)",
+)
+verdict(
+    "eriklindernoren+PyTorch-GAN",
+    "implementations/bicyclegan/bicyclegan.py",
+    "SCF1001",
+    'for img_A, img_B in zip(imgs["A"], imgs["B"]):',
+    T,
+    "sample_images(): generator.eval() then the generator's forward with autograd on; each builds a graph that is never used",
+)
+verdict(
+    "eriklindernoren+PyTorch-GAN",
+    "implementations/cluster_gan/clustergan.py",
+    "SCF1001",
+    "for idx in range(n_c):",
+    T,
+    "after generator.eval()/encoder.eval() the per-epoch sampling and cycle-loss evaluation run with autograd on",
+)
+verdict(
+    "facebookresearch+SlowFast",
+    "slowfast/visualization/ava_demo_precomputed_boxes.py",
+    "SCF1001",
+    "for keyframe_idx, boxes_and_labels in tqdm.tqdm(self.pred_boxes.items()):",
+    T,
+    "predictions over every keyframe with model.eval() and autograd on (preds.detach() after the forward: the graph is built each time); no caller sets no_grad",
+)
+verdict(
+    "facebookresearch+SlowFast",
+    "tools/test_net.py",
+    "SCF1001",
+    "for num_view in cfg.TEST.NUM_TEMPORAL_CLIPS:",
+    F,
+    "the loop only builds the model (build_model(cfg)), counts its FLOPs (`model_stats_fun = flop_count`) and calls perform_test(), which is decorated @torch.no_grad() (fixed)",
+)
+verdict(
+    "facebookresearch+dinov2",
+    "dinov2/train/ssl_meta_arch.py",
+    "SCF1001",
+    "for m in self.student.values():",
+    F,
+    "a loop that gathers parameter groups; no forward, nothing evaluated: `self.get_maybe_fused_params_for_submodel(m)` was taken for a model call by its name (fixed)",
+)
+verdict(
+    "facebookresearch+fairseq",
+    "examples/emotion_conversion/emotion_models/duration_predictor.py",
+    "SCF202",
+    "optimizer.step()",
+    T,
+    "train_epoch() never calls zero_grad (nor does the file): gradients accumulate over every batch of the run",
+)
+verdict(
+    "facebookresearch+fairseq",
+    "examples/emotion_conversion/emotion_models/duration_predictor.py",
+    "SCF1001",
+    "for x, y, mask, _ in loader:",
+    T,
+    "valid_epoch() runs the model with autograd on and its caller has no no_grad",
+)
+verdict(
+    "facebookresearch+fairseq",
+    "examples/emotion_conversion/emotion_models/pitch_predictor.py",
+    "SCF202",
+    "optimizer.step()",
+    T,
+    "the train/valid loop never calls zero_grad (nor does the file): gradients accumulate over every batch",
+)
+verdict(
+    "facebookresearch+fairseq",
+    "examples/speech_synthesis/preprocessing/speaker_embedder/__init__.py",
+    "SCF1001",
+    "for wav in inputs:",
+    D,
+    "a Module's forward() loop; its one caller (get_speaker_embedding.py) runs it for feature extraction with autograd on, which is the real fault, one call up",
+)
+verdict(
+    "facebookresearch+fairseq",
+    "examples/speech_to_speech/unity/sequence_generator.py",
+    "SCF1001",
+    "for step in range(max_len + 1):  # one extra step for EOS marker",
+    F,
+    "_generate() is reached through the base class's generate(), decorated @torch.no_grad() in fairseq/sequence_generator.py (fixed: an override with no caller of its own takes the callers of the method it overrides)",
+)
+verdict(
+    "facebookresearch+fairseq",
+    "fairseq_cli/train.py",
+    "SCF1001",
+    "for subset_idx, subset in enumerate(subsets):",
+    F,
+    "trainer.valid_step() runs the model under torch.no_grad() inside fairseq/trainer.py; the loop's `trainer.get_model()` (named like a model) was taken for a forward (fixed)",
+)
+verdict(
+    "facebookresearch+fairseq",
+    "tests/distributed/test_bmuf.py",
+    "SCF202",
+    "optimizer.step()",
+    D,
+    "a unit test that never zeroes the gradients over its iterations; both runs it compares do the same, so the test holds",
+)
+verdict(
+    "huggingface+peft",
+    "examples/pvera/confidence_interval_generation.py",
+    "SCF202",
+    "optimizer.step()",
+    T,
+    "the training loop over the dataset never calls zero_grad: gradients accumulate over every batch",
+)
+verdict(
+    "huggingface+peft",
+    "tests/test_decoder_models.py",
+    "SCF1101",
+    "losses.append(loss)",
+    D,
+    "a 5-step test keeps each loss tensor (and its graph) to compare the first and the last",
+)
+verdict(
+    "huggingface+peft",
+    "tests/test_other.py",
+    "SCF202",
+    "optimizer.step()",
+    D,
+    "a 5-step mock training with no zero_grad; only needs the weights to change",
+)
+verdict(
+    "sgrvinod+a-PyTorch-Tutorial-to-Image-Captioning",
+    "train.py",
+    "SCF1002",
+    "for i, (imgs, caps, caplens, allcaps) in enumerate(val_loader):",
+    F,
+    "`if encoder is not None: encoder.eval()` then `if encoder is not None: imgs = encoder(imgs)`: the same test guards both (fixed)",
+)
 
 INJECTIONS: list = []
 EX, NANO = "pytorch+examples", "karpathy+nanoGPT"

@@ -51,6 +51,11 @@ def test_correct_loops_have_no_finding(unit):
 # stays silent.
 OPT_IN_FINDINGS = {
     "accumulation": {"SCF1201", "SCF3101"},
+    "amp_precision_choice": {"SCF3101"},
+    "grad_divided": {"SCF3101"},
+    "step_factory": {"SCF1201"},
+    "nan_skip": {"SCF1201"},
+    "optional_encoder": {"SCF1201"},
     "class_trainer": {"SCF3101"},
     "ema_class_trainer": {"SCF3101"},
     "amp_flag": {"SCF3101"},
@@ -1210,6 +1215,230 @@ def fit(model, opt, loader, epochs, warmup_epochs=5):
 @pytest.mark.parametrize("name", list(ISSUE27_LOOKALIKES))
 def test_issue27_lookalikes_have_no_finding(name, tmp_path):
     assert findings_of(ISSUE27_LOOKALIKES[name], tmp_path) == []
+
+
+# Issue 25 (2026-12-04): the causes of false alarms on repositories nobody had tuned on. Each
+# cause has a correct file in check_corpus/ (test_correct_loops_have_no_finding: no finding)
+# and here the bug put into that file in its own style: (file, the bug, the text replaced, its
+# replacement, the code expected, the text of the line it is expected at).
+UNSEEN_BUGS = [
+    (
+        "grad_divided",
+        "gradients no longer divided after the micro-steps",
+        "    for p in model.parameters():\n        p.grad /= accumulation\n",
+        "",
+        "SCF1401",
+        "loss.backward()",
+    ),
+    (
+        "grad_divided",
+        "gradients divided by the world size, not by the accumulation count",
+        "p.grad /= accumulation",
+        "p.grad /= world_size",
+        "SCF1401",
+        "loss.backward()",
+    ),
+    (
+        "grad_divided",
+        "training loss kept as a tensor",
+        "train_loss += loss.detach()",
+        "train_loss += loss",
+        "SCF1101",
+        "train_loss += loss",
+    ),
+    (
+        "grad_divided",
+        "validation loss summed with autograd on",
+        "            with torch.no_grad():\n                _, loss = model(x_val, y_val)\n"
+        "                val_loss += loss\n",
+        "            _, loss = model(x_val, y_val)\n            val_loss += loss\n",
+        "SCF1101",
+        "val_loss += loss",
+    ),
+    (
+        "amp_precision_choice",
+        "GradScaler built for every amp precision, bfloat16 included",
+        'need_scaler = args.precision == "amp"',
+        'need_scaler = args.precision.startswith("amp")',
+        "SCF602",
+        'scaler = torch.amp.GradScaler("cuda")',
+    ),
+    (
+        "amp_precision_choice",
+        "the backward helper no longer scales the loss",
+        "        scaler.scale(total_loss).backward()",
+        "        total_loss.backward()",
+        "SCF503",
+        "scaler.step(optimizer)",
+    ),
+    (
+        "eval_in_loop",
+        "the eval() inside the test loop removed",
+        "            model.eval()\n",
+        "",
+        "SCF1002",
+        "for data, target in loader:",
+    ),
+    (
+        "eval_in_loop",
+        "the eval() moved after the forward: the first batch runs in training mode",
+        "            model.eval()\n            pred = model(data).argmax(1)\n",
+        "            pred = model(data).argmax(1)\n            model.eval()\n",
+        "SCF1002",
+        "for data, target in loader:",
+    ),
+    (
+        "eval_in_loop",
+        "train() no longer sets training mode",
+        "    model.train()\n",
+        "",
+        "SCF901",
+        "model.eval()",
+    ),
+    (
+        "ddp_wrapper_mode",
+        "the module no longer put in eval mode before validating through its wrapper",
+        "        model.eval()\n",
+        "",
+        "SCF1002",
+        "for _ in range(val_steps):",
+    ),
+    (
+        "ddp_wrapper_mode",
+        "validation through the wrapper with autograd on",
+        "            with torch.no_grad():\n"
+        "                inputs, targets = val_loader.next_batch()\n"
+        "                val_loss += ddp_model(inputs, targets)\n",
+        "            inputs, targets = val_loader.next_batch()\n"
+        "            val_loss += ddp_model(inputs, targets).item()\n",
+        "SCF1001",
+        "for _ in range(val_steps):",
+    ),
+    (
+        "optional_encoder",
+        "the optional encoder no longer put in eval mode",
+        "    if encoder is not None:\n        encoder.eval()\n",
+        "",
+        "SCF1002",
+        "for imgs, caps in loader:",
+    ),
+    (
+        "optional_encoder",
+        "the decoder no longer put in eval mode",
+        "    decoder.eval()\n",
+        "",
+        "SCF1002",
+        "for imgs, caps in loader:",
+    ),
+    (
+        "optional_encoder",
+        "train() no longer sets the decoder's training mode",
+        "    decoder.train()\n",
+        "",
+        "SCF901",
+        "decoder.eval()",
+    ),
+    (
+        "test_views",
+        "the test helper no longer decorated @torch.no_grad()",
+        "@torch.no_grad()\ndef perform_test",
+        "def perform_test",
+        "SCF1001",
+        "for inputs, labels in loader:",
+    ),
+    (
+        "test_views",
+        "an evaluation with autograd on added to the loop over views",
+        "        results.append(perform_test(loader, model))\n",
+        "        results.append(perform_test(loader, model))\n"
+        "        results.append([model(x) for x, _ in loader])\n",
+        "SCF1001",
+        "for views in cfg.views:",
+    ),
+    (
+        "test_views",
+        "the profiled forward no longer under the FLOP counter",
+        "    with counter:\n        model(inputs)\n",
+        "    model(inputs)\n",
+        "SCF1001",
+        "while retries:",
+    ),
+    (
+        "nan_skip",
+        "clipping before backward",
+        "        loss.backward()\n"
+        "        grad_norm = clip_grad_norm_(model.parameters(), grad_clip)\n",
+        "        grad_norm = clip_grad_norm_(model.parameters(), grad_clip)\n"
+        "        loss.backward()\n",
+        "SCF401",
+        "grad_norm = clip_grad_norm_(model.parameters(), grad_clip)",
+    ),
+    (
+        "nan_skip",
+        "clipping after zero_grad",
+        "        optimizer.zero_grad()\n        losses.append(loss.item())\n",
+        "        optimizer.zero_grad()\n"
+        "        clip_grad_norm_(model.parameters(), grad_clip)\n"
+        "        losses.append(loss.item())\n",
+        "SCF401",
+        "clip_grad_norm_(model.parameters(), grad_clip)",
+    ),
+    (
+        "nan_skip",
+        "zero_grad removed",
+        "        optimizer.zero_grad()\n",
+        "",
+        "SCF202",
+        "optimizer.step()",
+    ),
+    (
+        "step_factory",
+        "the caller no longer zeroes before the returned step",
+        "        state.optimizer.zero_grad()\n",
+        "",
+        "SCF202",
+        "optimizer.step()",
+    ),
+    (
+        "step_factory",
+        "clipping after the step inside the closure",
+        "        torch.nn.utils.clip_grad_norm_(params, clip)\n        optimizer.step()\n",
+        "        optimizer.step()\n        torch.nn.utils.clip_grad_norm_(params, clip)\n",
+        "SCF401",
+        "torch.nn.utils.clip_grad_norm_(params, clip)",
+    ),
+    (
+        "step_factory",
+        "zero_grad moved between backward and step",
+        "        loss.backward()\n",
+        "        loss.backward()\n        optimizer.zero_grad()\n",
+        "SCF201",
+        "optimizer.zero_grad()",
+    ),
+    (
+        "generator_override",
+        "the base class's generate() no longer under no_grad",
+        "    @torch.no_grad()\n",
+        "",
+        "SCF1001",
+        "for _ in range(self.max_len):",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "stem, what, old, new, code, text", UNSEEN_BUGS, ids=[f"{s}: {w}" for s, w, *_ in UNSEEN_BUGS]
+)
+def test_unseen_causes_bug_injected_is_found_at_its_line(
+    stem, what, old, new, code, text, tmp_path
+):
+    source = (CORPUS / f"{stem}.py").read_text()
+    assert source.count(old) == 1, (stem, old)
+    buggy = source.replace(old, new)
+    lines = buggy.splitlines()
+    found = findings_of(buggy, tmp_path, f"{stem}.py")
+    at = {line for line, c in found if c == code}
+    assert any(lines[line - 1].strip() == text for line in at), (what, found)
 
 
 def test_model_named_eval_call_without_a_name_is_no_internal_error(tmp_path):

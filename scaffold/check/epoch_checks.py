@@ -422,11 +422,25 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
     for node in module.project.nodes_of(scope):
         if not isinstance(node, ast.Call) or last_name(node) in NOT_HELPERS:
             continue
-        if _grad_free_here(module, node, scope):
+        if _grad_free_here(module, node, scope) or _measured_here(module, node, scope):
             continue
         func = dotted(node.func)
         if _model_like(func, evaluated):
-            return True
+            if _function_alias(module, node.func, scope):
+                continue  # model_stats_fun = flop_count; model_stats_fun(model, inputs)
+            helper = module.resolve(node, Ctx(function)) if depth < 3 else None
+            if not isinstance(helper, FUNCTIONS):
+                if _factory(func):
+                    continue  # build_model(cfg), timm.create_model(name): builds, runs nothing
+                return True
+            # A function of the checked files named like a model (build_model(cfg),
+            # self.get_params_for_submodel(m)) is read, not taken for a forward pass
+            if not grad_free_function(module, helper) and _runs_model(
+                module.project.module_at(helper), helper, _handed(node, helper, evaluated),
+                helper, depth + 1,
+            ):  # fmt: skip
+                return True
+            continue
         if (
             isinstance(node.func, ast.Attribute)
             and node.func.attr in FORWARDS
@@ -441,14 +455,76 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
         if not isinstance(helper, FUNCTIONS) or grad_free_function(module, helper):
             continue
         home = module.project.module_at(helper)
-        params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
-        if params and params[0] in ("self", "cls") and isinstance(node.func, ast.Attribute):
-            params = params[1:]
-        names = {params[i] for i in passed if i < len(node.args) and i < len(params)}
-        names |= {k.arg for k in node.keywords if _model_like(dotted(k.value), evaluated)}
-        if _runs_model(home, helper, names - {None}, helper, depth + 1):
+        if _runs_model(home, helper, _handed(node, helper, evaluated), helper, depth + 1):
             return True
     return False
+
+
+# Contexts that count a forward pass's operations: a measurement, not an evaluation over data.
+MEASURING = {"FlopCounterMode", "FlopCountAnalysis", "ActivationCountAnalysis", "profile"}
+
+
+def _measured_here(module: Module, node, stop) -> bool:
+    """Whether a node runs inside `with FlopCounterMode():` (or torch.profiler.profile), or a
+    `with counter:` whose name holds one, inside `stop` (open_clip's FLOP profiler)."""
+    for outer in module.ancestors(node, stop):
+        if not isinstance(outer, ast.With | ast.AsyncWith):
+            continue
+        for item in outer.items:
+            expr = item.context_expr
+            if isinstance(expr, ast.Name):
+                expr = next(
+                    (
+                        n.value
+                        for n in module.project.nodes_of(stop)
+                        if isinstance(n, ast.Assign)
+                        and any(dotted(t) == expr.id for t in n.targets)
+                    ),
+                    expr,
+                )
+            if isinstance(expr, ast.Call) and last_name(expr) in MEASURING:
+                return True
+    return False
+
+
+def _function_alias(module: Module, func, scope) -> bool:
+    """Whether a called name only ever holds another function, named without a call and not
+    like a model (SlowFast's `model_stats_fun = flop_count`): it runs that function, not a
+    model."""
+    if not isinstance(func, ast.Name):
+        return False
+    values = [
+        n.value
+        for n in module.project.nodes_of(scope)
+        if isinstance(n, ast.Assign) and any(dotted(t) == func.id for t in n.targets)
+    ]
+    return bool(values) and all(
+        isinstance(v, ast.Name | ast.Attribute) and not _model_like(dotted(v), set())
+        for v in values
+    )
+
+
+FACTORY_PREFIXES = ("build_", "create_", "make_", "load_", "get_", "init_", "setup_")
+
+
+def _factory(func: str | None) -> bool:
+    """A call named as making a model (build_model, create_model, get_model), not running one."""
+    last = (func or "").rsplit(".", 1)[-1].lower()
+    return last.startswith(FACTORY_PREFIXES) and last.endswith(("model", "models", "net"))
+
+
+def _handed(call, helper, evaluated: set) -> set:
+    """The parameters of `helper` that `call` hands a model to."""
+    params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+    if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+        params = params[1:]
+    names = {
+        params[i]
+        for i, a in enumerate(call.args)
+        if i < len(params) and _model_like(dotted(a), evaluated)
+    }
+    names |= {k.arg for k in call.keywords if _model_like(dotted(k.value), evaluated)}
+    return names - {None}
 
 
 def _grad_free_here(module: Module, node, stop) -> bool:
@@ -527,12 +603,45 @@ def _grad_free(module: Module, loop, function, callers: int = 3) -> bool:
             return True  # torch.set_grad_enabled(False) earlier in the function
     if function is None or not callers:
         return False
-    calls = module.project.callers(function)
+    calls = module.project.callers(function) or _base_callers(module, function)
     return bool(calls) and all(
         home.enclosing_function(call) is not function
         and _grad_free(home, call, home.enclosing_function(call), callers - 1)
         for call, home in calls
     )
+
+
+def _base_callers(module: Module, function) -> list:
+    """For a method no call of the checked files names, the calls of the method it overrides
+    in a base class of the checked files: `self._generate(...)` in the base's @torch.no_grad()
+    generate() runs the override (fairseq's sequence generators)."""
+    cls = module.owner.get(function)
+    if cls is None:
+        return []
+    project = module.project
+    for base in cls.bases:
+        found = None
+        if isinstance(base, ast.Name):
+            found = next(
+                (n for n in module.tree.body if isinstance(n, ast.ClassDef) and n.name == base.id),
+                None,
+            )
+            if found is None and base.id in module.imports:
+                level, name, original = module.imports[base.id]
+                target = project._module(module, level, name) if original else None
+                if target is not None:
+                    found = next(
+                        (
+                            n
+                            for n in target.tree.body
+                            if isinstance(n, ast.ClassDef) and n.name == original
+                        ),
+                        None,
+                    )
+        method = project.methods.get(found, {}).get(function.name) if found else None
+        if method is not None and method is not function:
+            return project.callers(method)
+    return []
 
 
 def _no_grad_with(node) -> bool:
@@ -684,11 +793,13 @@ def evaluation_in_training_mode(module: Module):
         for first in paths:
             for second in paths:  # the evaluation of one epoch meets the modes of the next
                 mode = dict(start)
-                for event in first.events + second.events:
+                for path, event in [(p, e) for p in (first, second) for e in p.events]:
                     if event.kind == TRAIN_MODE and event.key:
-                        mode[event.key] = "train"
+                        for key in _same_module(module, event.key):
+                            mode[key] = "train"
                     elif event.kind == EVAL_MODE and event.key:
-                        mode[event.key] = "eval"
+                        for key in _same_module(module, event.key):
+                            mode[key] = "eval"
                     elif event.kind == PASS:
                         for key in event.called:  # a module is in training mode unless set
                             if _is_model(key, models):
@@ -699,10 +810,83 @@ def evaluation_in_training_mode(module: Module):
                         trained = [
                             k
                             for k in event.called
-                            if mode.get(k) == "train" and _is_model(k, models)
+                            if mode.get(k) == "train"
+                            and _is_model(k, models)
+                            and not _not_run(module, event.node, k, path.decisions)
                         ]
                         if trained and _evaluation_loop(module, event.node):
                             yield event.node, "SCF1002"
+
+
+def _not_run(module: Module, loop, key: str, decisions: dict) -> bool:
+    """Whether, on a path that decided its conditions so, a loop never runs `key`: every call
+    of it sits in a branch of an `if` the path did not take (the captioning tutorial's
+    `if encoder is not None: encoder.eval()`, then the same test around `encoder(imgs)`)."""
+    if not decisions:
+        return False
+    project = module.project
+    home = project.module_at(loop)
+    uses = [
+        n
+        for n in ast.walk(loop)
+        if isinstance(n, ast.Call)
+        and any(dotted(p) == key for p in (n.func, *n.args, *(k.value for k in n.keywords)))
+    ]
+    if not uses:
+        return False
+    for use in uses:
+        skipped = False
+        child = use
+        for outer in home.ancestors(use):
+            if isinstance(outer, ast.If) and outer in project.conditions:
+                text, sense = project.conditions[outer]
+                if text in decisions:
+                    taken = decisions[text] == sense
+                    if (child in outer.body) != taken:
+                        skipped = True
+                        break
+            if outer is loop:
+                break
+            child = outer
+        if not skipped:
+            return False
+    return True
+
+
+# Calls that wrap a module and run it as it is: its mode is the wrapper's.
+MODE_WRAPPERS = {
+    "DistributedDataParallel", "DDP", "DataParallel", "compile", "FSDP",
+    "FullyShardedDataParallel",
+}  # fmt: skip
+
+
+def _same_module(module: Module, key: str) -> set:
+    """A name and the names bound, in this file, to a wrapper of it or to what it wraps
+    (`ddp_model = DDP(model)`, `model = torch.compile(net)`): setting the mode of one sets
+    it for all (modded-nanogpt evaluates `ddp_model` after `model.eval()`)."""
+    if not hasattr(module, "wrapped_pairs"):
+        pairs = set()
+        for node in module.nodes:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.value, ast.Call)
+                and last_name(node.value) in MODE_WRAPPERS
+                and node.value.args
+            ):
+                outer, inner = dotted(node.targets[0]), dotted(node.value.args[0])
+                if outer and inner and outer != inner:
+                    pairs.add((outer, inner))
+        module.wrapped_pairs = pairs
+    found, todo = {key}, [key]
+    while todo:
+        name = todo.pop()
+        for a, b in module.wrapped_pairs:
+            for x, y in ((a, b), (b, a)):
+                if x == name and y not in found:
+                    found.add(y)
+                    todo.append(y)
+    return found
 
 
 def inference_in_training_mode(module: Module):
@@ -715,7 +899,11 @@ def inference_in_training_mode(module: Module):
             continue
         if _updates(module, loop):
             continue
-        keys = [k for k in _run_keys(module, loop) if k.rsplit(".", 1)[-1] not in evaluated]
+        keys = [
+            k
+            for k in _run_keys(module, loop)
+            if not any(a.rsplit(".", 1)[-1] in evaluated for a in _same_module(module, k))
+        ]
         if not keys:
             continue
         function = module.enclosing_function(loop)

@@ -355,6 +355,8 @@ class Module:
                 level, module, name = self.imports[func.id]
                 if name is not None:
                     return self.project.function(self, level, module, name)
+            if ctx.function is not None:
+                return self._made_by_factory(func.id, ctx.function)
             return None
         if not isinstance(func, ast.Attribute):
             return None
@@ -371,6 +373,89 @@ class Module:
             parts = [p for p in (module, name, rest) if p]
             return self.project.function(self, level, ".".join(parts), func.attr)
         return None
+
+    def _made_by_factory(self, name: str, scope, depth: int = 0):
+        """The nested function a local name holds when every value it is given (None aside) is
+        a call of a factory of the checked files that returns it, maybe through torch.compile()
+        or another factory (open_clip's `train_step = _make_train_step(...)`, then
+        `train_step(batch)`): the call runs that function."""
+        values = self._call_values(scope).get(name)
+        if not values:
+            return None
+        memo = self.__dict__.setdefault("_factory_memo", {})
+        if (name, scope) in memo:
+            return memo[name, scope]  # None too while it is worked out: `fn = fn(x)`
+        memo[name, scope] = None
+        found = set()
+        for value in values:
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue
+            made = self._returned(value, scope, depth)
+            if made is None:
+                return None
+            found.add(made)
+        memo[name, scope] = result = found.pop() if len(found) == 1 else None
+        return result
+
+    def _call_values(self, scope) -> dict:
+        """name -> the values a function assigns to it, for the names given a call's value."""
+        index = self.__dict__.get("_call_values_index")
+        if index is None:  # one pass over the file's assignments, for every function at once
+            values: dict = {}
+            for node in self.nodes:
+                if isinstance(node, ast.Assign):
+                    function = self.enclosing_function(node)
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            key = (function, target.id)
+                            values.setdefault(key, []).append(node.value)
+            index = {}
+            for (function, name), given in values.items():
+                if any(isinstance(x, ast.Call) for x in given):
+                    index.setdefault(function, {})[name] = given
+            self._call_values_index = index
+        return index.get(scope, {})
+
+    def _returned(self, value, scope, depth: int):
+        """The nested function a value is: `factory(...)`, `torch.compile(factory(...))`."""
+        if depth > 2 or not isinstance(value, ast.Call):
+            return None
+        if last_name(value) == "compile" and value.args:
+            return self._returned(value.args[0], scope, depth)
+        factory = self.resolve(value, Ctx(scope))
+        if not isinstance(factory, FUNCTIONS):
+            return None
+        home = self.project.module_at(factory)
+        returns = [n for n in own_nodes(factory) if isinstance(n, ast.Return) and n.value]
+        made = set()
+        for ret in returns:
+            key = dotted(ret.value)
+            if isinstance(ret.value, ast.Name) and key in home.nested.get(factory, {}):
+                made.add(home.nested[factory][key])
+                continue
+            if key is None:
+                return None
+            values = [
+                n.value
+                for n in own_nodes(factory)
+                if isinstance(n, ast.Assign) and any(dotted(t) == key for t in n.targets)
+            ]
+            for v in values:
+                if isinstance(v, ast.Name | ast.Attribute):
+                    v = next(
+                        (
+                            n.value
+                            for n in own_nodes(factory)
+                            if isinstance(n, ast.Assign)
+                            and any(dotted(t) == dotted(v) for t in n.targets)
+                        ),
+                        None,
+                    )
+                inner = home._returned(v, factory, depth + 1) if v is not None else None
+                if inner is None:
+                    return None
+                made.add(inner)
+        return made.pop() if len(made) == 1 else None
 
     def enclosing_function(self, node):
         """The function a node is in; None at module level."""
@@ -451,6 +536,8 @@ class Module:
                 self.add(paths, pass_)
                 return paths
             if node not in self.project.hot:
+                for call in _evals_first(node):  # the mode is set before the loop's forward
+                    self.add(paths, Event(EVAL_MODE, call, key=ctx.key(dotted(call.func.value))))
                 self.add(paths, Event(EVALUATE, node, called=self._called(node, ctx)))
             # Another loop runs once here: what it does, in order, is what matters.
             paths = self.block(node.body, ctx, paths)
@@ -564,7 +651,13 @@ class Module:
         name = last_name(call)
         if name in CLIPS:
             return Event(CLIP, call)
-        if name in BACKWARD_CALLS and not _distributed_autograd(func):
+        if (
+            name in BACKWARD_CALLS
+            and not _distributed_autograd(func)
+            and not (isinstance(func, ast.Name) and self.resolve(call, ctx) is not None)
+        ):
+            # A project's own `def backward(loss, scaler):` is read, not taken for one: it may
+            # scale the loss on some paths (open_clip)
             return self._backward(call, ctx)
         if name in OPTIMIZERS and (isinstance(func, ast.Name) or "optim" in f"{dotted(func)}"):
             return Event(BUILD, call)
@@ -786,6 +879,29 @@ class Module:
         """Every training step of the file, loops first, in source order."""
         units = self.loop_units() + self.function_units
         return sorted(units, key=lambda u: (u.node.lineno, u.node.col_offset))
+
+
+def _evals_first(loop) -> list:
+    """The `X.eval()` statements at the top level of a loop's body that run before anything
+    reads X (DaNN's `for data, target in loader: ...; model.eval(); model(data)`): every
+    iteration, so the first one too, sets the mode before the forward."""
+    found, seen = [], set()
+    for stmt in loop.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "eval"
+            and not call.args
+            and not call.keywords
+            and dotted(call.func.value)
+        ):
+            root = dotted(call.func.value).split(".")[0]
+            if root not in seen:
+                found.append(call)
+            continue
+        seen |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    return found
 
 
 def own_nodes(scope):

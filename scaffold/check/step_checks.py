@@ -46,8 +46,31 @@ def step_order(module: Module):
                 if event.kind == STEP and event.scaled:
                     yield event.node, "SCF504"
                     break
+        gating = {e.node for e in events if e.kind == CLIP and _gates_step(module, e.node)}
         for path in unit.paths:
-            yield from _path_order([e for e in path.events if e.kind != PASS])
+            yield from _path_order([e for e in path.events if e.kind != PASS], gating)
+
+
+def _gates_step(module: Module, clip) -> bool:
+    """Whether the norm a clipping call returns decides whether the step runs
+    (`grad_norm = clip_grad_norm_(...)`, then `if math.isnan(grad_norm): skip` else step, as
+    ESPnet-style recipes do): a path that clips and then zeroes without stepping is that skip,
+    on purpose."""
+    parent = module.parents.get(clip)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1):
+        return False
+    name = dotted(parent.targets[0])
+    scope = module.enclosing_function(clip) or module.tree
+    for node in module.project.nodes_of(scope):
+        if isinstance(node, ast.If) and name in {dotted(n) for n in ast.walk(node.test)}:
+            if any(
+                isinstance(n, ast.Call) and last_name(n) == "step"
+                for branch in (node.body, node.orelse)
+                for stmt in branch
+                for n in ast.walk(stmt)
+            ):
+                return True
+    return False
 
 
 STEP_NAMES = ("step", "batch", "train", "update", "iter", "fit", "optimi")
@@ -89,7 +112,7 @@ def _zeroed(module: Module, optimizer: str | None, zeroed: set) -> bool:
     return bool(zeroed & (models | {optimizer})) or bool(zeroed - known)
 
 
-def _path_order(events: list):
+def _path_order(events: list, gating=frozenset()):
     """R2-R5 along one path through a step. A misplaced zero_grad or step is reported once:
     the clipping it leaves out of place is the same bug, not a second one."""
 
@@ -132,7 +155,7 @@ def _path_order(events: list):
         if (
             before in (STEP, ZERO)
             or (before is None and after in (BACKWARD, ZERO))
-            or (before == BACKWARD and after == ZERO)
+            or (before == BACKWARD and after == ZERO and event.node not in gating)
         ):
             yield event.node, "SCF401"
             continue
@@ -163,8 +186,23 @@ def loss_tensor_kept(module: Module):
         nodes = module.project.nodes_of(unit.node)
         feeding = backward_sources(nodes)  # style_loss += mse(...) then (c + style_loss).backward()
         for node in nodes:
-            if _keeps(node, names) and _target(node) not in feeding:
+            if (
+                _keeps(node, names)
+                and _target(node) not in feeding
+                and not _grad_free_here(module, node, unit.node)
+            ):
                 yield node, "SCF1101"
+
+
+def _grad_free_here(module: Module, node, stop) -> bool:
+    """Whether a node runs under `with torch.no_grad():` (or inference_mode) inside `stop`: a
+    loss made there has no graph, so keeping it as a tensor (`val_loss += loss` for an
+    all_reduce) holds nothing but its value."""
+    return any(
+        isinstance(outer, ast.With | ast.AsyncWith)
+        and any(last_name(i.context_expr) in ("no_grad", "inference_mode") for i in outer.items)
+        for outer in module.ancestors(node, stop)
+    )
 
 
 def _target(node) -> str | None:
@@ -419,8 +457,59 @@ def scaler_with_bf16(module: Module):
             # True, or no flag at all, is on whatever the dtype.
             continue
         scope = module.enclosing_function(node) or module.tree
+        if _built_for_one_precision(module, node, scope):
+            continue
         if _may_use_bf16(module, scope):
             yield node, "SCF602"
+
+
+def _built_for_one_precision(module: Module, node, scope) -> bool:
+    """Whether a GradScaler is built only under an `if` that picks one precision that is not
+    bfloat16: `if args.precision == "amp":`, `if dtype == torch.float16:`, or a name set only
+    to such tests (open_clip's `need_scaler = args.precision == "amp"`). As `enabled=` with a
+    flag, it is on for that choice alone. A bare flag (`if args.amp:`) picks no dtype: the
+    scaler may still run beside bfloat16, and is reported."""
+    for outer in module.ancestors(node, scope):
+        if isinstance(outer, ast.If) and _in_body(module, node, outer):
+            if _picks_non_bf16(module, outer.test, scope):
+                return True
+    return False
+
+
+def _in_body(module: Module, node, branch: ast.If) -> bool:
+    inside = node
+    while inside is not None and module.parents.get(inside) is not branch:
+        inside = module.parents.get(inside)
+    return inside is not None and inside in branch.body
+
+
+def _picks_non_bf16(module: Module, test, scope, depth: int = 0) -> bool:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_picks_non_bf16(module, v, scope, depth) for v in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        values = []
+        if isinstance(op, ast.Eq):
+            values = [test.left, right]
+        elif isinstance(op, ast.In) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+            values = list(right.elts)
+        chosen = [v for v in values if _precision_value(v)]
+        return bool(chosen) and not any(map(_names_bf16, ast.walk(test)))
+    if isinstance(test, ast.Name) and depth < 2:
+        sets = [
+            n.value
+            for n in module.project.nodes_of(scope)
+            if isinstance(n, ast.Assign) and any(dotted(t) == test.id for t in n.targets)
+        ]
+        return bool(sets) and all(_picks_non_bf16(module, v, scope, depth + 1) for v in sets)
+    return False
+
+
+def _precision_value(node) -> bool:
+    """A string constant, or `torch.float16`/`torch.half`: one precision named."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return True
+    return isinstance(node, ast.Attribute) and node.attr in ("float16", "half")
 
 
 def _may_use_bf16(module: Module, scope) -> bool:
@@ -530,6 +619,8 @@ def _divided(module: Module, event, unit) -> bool:
         )
     ):
         return True  # a loss handed in by the caller, made (and divided) where this cannot see
+    if _grads_divided(module, scope):
+        return True
     for n in module.project.nodes_of(scope):
         if isinstance(n, ast.AugAssign) and dotted(n.target) == key:
             if isinstance(n.op, scaling):
@@ -546,6 +637,54 @@ def _divided(module: Module, event, unit) -> bool:
                     ):
                         return True
     return False
+
+
+def _grads_divided(module: Module, scope) -> bool:
+    """Whether the function divides the accumulated gradients themselves before the step
+    (modded-nanogpt's `for p in model.parameters(): p.grad /= k`, or `p.grad.div_(k)`): the
+    same mean as dividing each micro-batch's loss."""
+    nodes = list(module.project.nodes_of(scope))
+    # The accumulation count: what a loop's range or an every-k-th `% k` test reads. A
+    # division by anything else (`p.grad /= world_size` after a hand-written all_reduce) is
+    # not the accumulation's mean.
+    counts = {
+        dotted(n)
+        for node in nodes
+        if isinstance(node, ast.For | ast.AsyncFor)
+        or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod))
+        for n in ast.walk(node.iter if isinstance(node, ast.For | ast.AsyncFor) else node.right)
+        if isinstance(n, ast.Name | ast.Attribute)
+    } - {None}
+    for n in nodes:
+        if (
+            isinstance(n, ast.AugAssign)
+            and isinstance(n.op, ast.Div | ast.Mult)
+            and _is_grad(n.target)
+            and _reads(n.value, counts)
+        ):
+            return True
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("div_", "mul_")
+            and _is_grad(n.func.value)
+            and any(_reads(a, counts) for a in n.args)
+        ):
+            return True
+    return False
+
+
+def _reads(node, names: set) -> bool:
+    return any(
+        dotted(n) in names for n in ast.walk(node) if isinstance(n, ast.Name | ast.Attribute)
+    )
+
+
+def _is_grad(node) -> bool:
+    """`p.grad` or `p.grad.data`."""
+    if isinstance(node, ast.Attribute) and node.attr == "data":
+        node = node.value
+    return isinstance(node, ast.Attribute) and node.attr == "grad"
 
 
 def accumulation_cadence(module: Module):

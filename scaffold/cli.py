@@ -238,6 +238,9 @@ def new(
     ] = None,
     ema: Annotated[bool | None, typer.Option("--ema/--no-ema", help=_help("ema"))] = None,
     ema_decay: Annotated[float | None, typer.Option(help=_help("ema_decay"))] = None,
+    compile: Annotated[
+        bool | None, typer.Option("--compile/--no-compile", help=_help("compile"))
+    ] = None,
     seed: Annotated[int | None, typer.Option(help=_help("seed"))] = None,
     git: Annotated[
         bool,
@@ -304,6 +307,7 @@ def new(
         "distributed": distributed,
         "ema": ema,
         "ema_decay": ema_decay,
+        "compile": compile,
         "seed": seed,
     }
     _placed.clear()  # an earlier call in this process (a test run) placed its own project

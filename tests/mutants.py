@@ -2,7 +2,8 @@
 
 `python -m tests.mutants [--all] [--out docs/mutation-table.md]` renders projects, injects
 every bug that applies, runs each mutant's own test suite, and prints (and writes) the table
-of which test caught which bug. tests/test_mutations.py runs the same mutants under pytest;
+of which test caught which bug. `--rule K1 --bug TEXT --combo REGEX` run a part of it (with
+`--list`, name the cases only), e.g. `python -m tests.mutants --combo 'tc$' --rule C4`. tests/test_mutations.py runs the same mutants under pytest;
 tests/equivalents.py runs correct rewrites of the loop through the same machinery.
 """
 
@@ -124,6 +125,15 @@ _SCALER_STEP = (
 
 def _ddp(o: Options) -> bool:
     return o.distributed
+
+
+def _compile(o: Options) -> bool:
+    return o.compile
+
+
+# The compile rules (K1, K2, C4) are seen by the generated tests/test_compile.py (probes).
+_COMPILE_TESTS = ("tests/test_compile.py",)
+_COMPILED = "    compiled = compile_model(model) if cfg.compile else model\n"
 
 
 def _one(o: Options) -> bool:
@@ -350,7 +360,10 @@ MUTANTS = [
                  "True"),), lambda o: o.ema and o.amp),
     Mutant("E2", "validation on the trained weights, not their average", "train.py",
            (Edit("replace", "evaluate(ema.module, val_batches", "evaluate(model, val_batches"),),
-           _ema),
+           lambda o: o.ema and not o.compile),
+    Mutant("E2", "validation on the trained weights, not their average", "train.py",
+           (Edit("replace", "evaluate(compiled_ema, val_batches", "evaluate(compiled, val_batches"),),
+           lambda o: o.ema and o.compile),
     Mutant("E2", "predict loads the trained weights, not their average", "predict.py",
            (Edit("replace", 'self.model.load_state_dict(checkpoint["ema"]["weights"])',
                  'self.model.load_state_dict(checkpoint["model"])'),), _ema),
@@ -364,6 +377,30 @@ MUTANTS = [
             Edit("replace", 'load_best(checkpoint, checkpoint_path)["ema"]["weights"]',
                  'load_best(checkpoint, checkpoint_path)["model"]')),
            lambda o: o.ema and o.early_stopping),
+    # torch.compile (--compile), caught by tests/test_compile.py.
+    Mutant("C4", "the compiled module's state saved (_orig_mod. keys)", "train.py",
+           (Edit("replace", '"model": model.state_dict(),', '"model": compiled.state_dict(),'),),
+           _compile, _COMPILE_TESTS),
+    Mutant("C4", "a checkpoint loaded into the compiled module with strict=False", "train.py",
+           (Edit("replace", 'model.load_state_dict(checkpoint["model"])',
+                 'compiled.load_state_dict(checkpoint["model"], strict=False)'),),
+           _compile, _COMPILE_TESTS),
+    Mutant("K1", "a second model compiled, not the one the optimizer steps", "train.py",
+           (Edit("replace", _COMPILED, _COMPILED.replace(
+               "compile_model(model)",
+               "compile_model(build_model(cfg, data.input_shape, data.task.output_dim).to(device))")),),
+           _compile, _COMPILE_TESTS),
+    Mutant("K1", "validation on a compiled snapshot of the first average", "train.py",
+           (Edit("replace", "compile_model(ema.module)",
+                 "compile_model(WeightAverage(model, cfg.ema_decay).module)"),),
+           lambda o: o.compile and o.ema, _COMPILE_TESTS),
+    Mutant("K1", "dropout drawn by the compiled code's own generator", "compiling.py",
+           (Edit("delete", "torch._inductor.config.fallback_random = True"),),
+           _compile, _COMPILE_TESTS),
+    Mutant("K2", "text batches padded to each batch's own longest document", "data.py",
+           (Edit("replace", "torch.arange(padded_length(int(lengths.max()), self.longest))",
+                 "torch.arange(int(lengths.max()))"),),
+           lambda o: o.compile and o.task == "text-classification", _DATA_TESTS + _COMPILE_TESTS),
     # The image task's data rules, caught by its own tests/test_data.py.
     Mutant("D2", "small last training batch kept (BatchNorm)", "data.py",
            (Edit("replace", "if len(batches) > 1 and len(batches[-1]) < self.batch_size:",
@@ -626,7 +663,7 @@ def _label(names: list[str]) -> str:
     runs: dict[str, list[str]] = {}
     for name in names:
         base, _, param = name.removeprefix("test_").partition("[")
-        rules = re.match(r"((?:[RSE]\d+_)+)", base)
+        rules = re.match(r"((?:[RSEKC]\d+_)+)", base)
         label = "contract " + rules.group(1).rstrip("_") if rules else base
         runs.setdefault(label, []).extend([param.rstrip("]")] if param else [])
     return "<br>".join(f"{k} ({', '.join(v)})" if v else k for k, v in runs.items())
@@ -682,16 +719,47 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--rule", action="append", default=[], metavar="RULE",
+        help="only the mutants of this rule, e.g. --rule K1 (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bug", metavar="TEXT", help="only the mutants whose bug or slug contains TEXT"
+    )
+    parser.add_argument(
+        "--combo", action="append", default=[], metavar="ID",
+        help="only the combinations whose id is ID, or matches it as a regular expression "
+        "(repeatable), e.g. --combo 'tc$'",
+    )  # fmt: skip
+    parser.add_argument(
+        "--list", action="store_true", help="list the cases the filters select, and run nothing"
+    )
     args = parser.parse_args(argv)
 
+    def chosen(mutant: Mutant) -> bool:
+        if args.rule and mutant.rule not in args.rule:
+            return False
+        return not args.bug or args.bug in mutant.bug or args.bug in mutant.slug
+
+    combos = [
+        o for o in (COMBOS if args.all else COVERING)
+        if not args.combo or any(re.fullmatch(c, combo_id(o)) or re.search(c, combo_id(o))
+                                 for c in args.combo)
+    ]  # fmt: skip
+    if args.list:
+        for options in combos:
+            for mutant in MUTANTS:
+                if mutant.applies(options) and chosen(mutant):
+                    print(f"{combo_id(options)}: {mutant.rule} {mutant.bug}")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         jobs = []
-        for options in COMBOS if args.all else COVERING:
+        for options in combos:
             combo = combo_id(options)
             project = render(Path(tmp) / "projects" / f"mut-{combo}", options).dest
             package = project.name.replace("-", "_")
             for mutant in MUTANTS:
-                if mutant.applies(options):
+                if mutant.applies(options) and chosen(mutant):
                     work = Path(tmp) / "work" / f"{combo}-{mutant.slug}"
                     jobs.append((project, package, mutant, combo, work))
         with ThreadPoolExecutor(args.jobs) as pool:

@@ -3,7 +3,8 @@
 `python -m tests.mutants [--all] [--out docs/mutation-table.md]` renders projects, injects
 every bug that applies, runs each mutant's own test suite, and prints (and writes) the table
 of which test caught which bug. `--rule K1 --bug TEXT --combo REGEX` run a part of it (with
-`--list`, name the cases only), e.g. `python -m tests.mutants --combo 'tc$' --rule C4`. tests/test_mutations.py runs the same mutants under pytest;
+`--list`, name the cases only), e.g. `python -m tests.mutants --combo 'tc$' --rule C4`.
+tests/test_mutations.py runs the same mutants under pytest;
 tests/equivalents.py runs correct rewrites of the loop through the same machinery.
 """
 
@@ -362,7 +363,8 @@ MUTANTS = [
            (Edit("replace", "evaluate(ema.module, val_batches", "evaluate(model, val_batches"),),
            lambda o: o.ema and not o.compile),
     Mutant("E2", "validation on the trained weights, not their average", "train.py",
-           (Edit("replace", "evaluate(compiled_ema, val_batches", "evaluate(compiled, val_batches"),),
+           (Edit("replace", "evaluate(compiled_ema, val_batches",
+                 "evaluate(compiled, val_batches"),),
            lambda o: o.ema and o.compile),
     Mutant("E2", "predict loads the trained weights, not their average", "predict.py",
            (Edit("replace", 'self.model.load_state_dict(checkpoint["ema"]["weights"])',
@@ -387,8 +389,8 @@ MUTANTS = [
            _compile, _COMPILE_TESTS),
     Mutant("K1", "a second model compiled, not the one the optimizer steps", "train.py",
            (Edit("replace", _COMPILED, _COMPILED.replace(
-               "compile_model(model)",
-               "compile_model(build_model(cfg, data.input_shape, data.task.output_dim).to(device))")),),
+               "compile_model(model)", "compile_model(build_model(cfg, data.input_shape, "
+               "data.task.output_dim).to(device))")),),
            _compile, _COMPILE_TESTS),
     Mutant("K1", "validation on a compiled snapshot of the first average", "train.py",
            (Edit("replace", "compile_model(ema.module)",

@@ -15,11 +15,11 @@ import pytest
 from scaffold.options import OPTIONS, Options, project_names
 from tests.conftest import (
     CODE_NUMBERS,
-    LATE,
-    LATE_SWITCHES,
     COMBOS,
     COVERING,
     FACTORS,
+    LATE,
+    LATE_SWITCHES,
     PYTHON,
     RENDERED,
     TASK_IDS,

@@ -158,3 +158,16 @@ def test_quick_grad_accum_benchmark_writes_its_table(tmp_path):
         assert re.search(rf"\| {re.escape(loop)} \| {number} \|", table), loop
     for loop in ("no_sync on all but a window's last batch", "all-reduce on every batch"):
         assert re.search(rf"\| {re.escape(loop)} \| {number} \|", table), loop
+
+
+def test_quick_compile_benchmark_writes_its_table(tmp_path):
+    # One task: compiling with an empty cache takes most of a minute on its own.
+    command = ["benchmarks/compile.py", "--quick", "--tasks", "classification"]
+    result = run([PYTHON, *command, "--out", str(tmp_path)], REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "compile.md").read_text()
+    assert "Command: `python benchmarks/compile.py --quick --tasks classification" in table
+    rate = r"\d+\.\d \(\d+\.\d-\d+\.\d\)"
+    row = r"\| classification \| [\d,]+ parameters; [^|]+\| -?\d+\.\d \| \d+ "
+    ratio = r"\d+\.\d\d \(\d+\.\d\d-\d+\.\d\d\)"
+    assert re.search(rf"{row}\| {rate} \| {rate} \| {ratio} \|", table), table

@@ -45,6 +45,7 @@ class Equivalent:
     # The edits, or a function of the options for rewrites whose text depends on them.
     edits: tuple[Edit, ...] | Callable[[Options], tuple[Edit, ...]]
     applies: Callable[[Options], bool] = field(default=_always)
+    tests: tuple[str, ...] = ()  # generated test files to run besides the loop tests
 
     def edits_for(self, options: Options) -> tuple[Edit, ...]:
         return self.edits(options) if callable(self.edits) else self.edits
@@ -332,6 +333,14 @@ EQUIVALENTS = [
                      "for average, current in zip(self.averaged, self.current, strict=True):\n"
                      "            average.lerp_(current, 1.0 - decay)"),),
                lambda o: o.ema),
+    # torch.compile's rewrites are also run through tests/test_compile.py, which compiles.
+    Equivalent("the compiled module's inner model saved (_orig_mod)", "train.py",
+               (Edit("replace", '"model": model.state_dict(),',
+                     '"model": getattr(compiled, "_orig_mod", compiled).state_dict(),'),),
+               lambda o: o.compile, ("tests/test_compile.py",)),
+    Equivalent("compiled with dynamic shapes from the first batch", "compiling.py",
+               (Edit("replace", "DYNAMIC = None", "DYNAMIC = True"),),
+               lambda o: o.compile, ("tests/test_compile.py",)),
 ]  # fmt: skip
 
 # The distributed option's loop is the one-process loop plus two sums over the processes (the
@@ -367,6 +376,8 @@ for dtype in ("bfloat16", "float16") if "amp_dtype" in fields else ("none",):
         settings.append(f"amp_dtype={{dtype}}")
     if "max_grad_norm" in fields:
         settings.append("max_grad_norm=0.5")  # low enough that some steps are clipped
+    if "compile" in fields:
+        settings.append("compile=false")  # eager, as the loop tests run (not test_compile.py)
     result = train.fit(load_config(None, [*task_cases.SMALL, *settings]))
     digest = hashlib.sha256()
     for name, tensor in sorted(result["model"].state_dict().items()):
@@ -475,7 +486,7 @@ def run_equivalent(
     With the fork runner the tests stop at the first failure: one is enough to fail it."""
     edits = equivalent.edits_for(options)
     run = run_edited(
-        project, package, equivalent.file, edits, work,
+        project, package, equivalent.file, edits, work, equivalent.tests,
         stop_at_first=isolation == "fork", isolation=isolation,
     )  # fmt: skip
     result = Result(equivalent, combo, run.finished, run.failures, run.detail)
@@ -567,17 +578,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", help="run only the rewrites whose slug contains this")
+    parser.add_argument(
+        "--combo", action="append", default=[], metavar="REGEX",
+        help="only the combinations whose id matches this regular expression (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+
+    def chosen(options: Options, equivalent: Equivalent) -> bool:
+        return equivalent.applies(options) and (args.only or "") in equivalent.slug
 
     with tempfile.TemporaryDirectory() as tmp:
         jobs = []
         for options in COMBOS if args.all else COVERING:
             combo = combo_id(options)
+            if args.combo and not any(re.search(c, combo) for c in args.combo):
+                continue
+            if not any(chosen(options, e) for e in EQUIVALENTS):
+                continue  # nothing to run: no render, no fingerprint
             project = render(Path(tmp) / "projects" / f"eq-{combo}", options).dest
             package = project.name.replace("-", "_")
             expected = training_fingerprint(project, package)
             for equivalent in EQUIVALENTS:
-                if equivalent.applies(options) and (args.only or "") in equivalent.slug:
+                if chosen(options, equivalent):
                     work = Path(tmp) / "work" / f"{combo}-{equivalent.slug}"
                     jobs.append((project, package, equivalent, options, combo, work, expected))
         with ThreadPoolExecutor(args.jobs) as pool:

@@ -22,11 +22,14 @@ def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
         "T3",
         *(f"M{i}" for i in range(1, 6)),
         *(f"E{i}" for i in range(1, 4)),
+        "C4",
+        "K1",
+        "K2",
     }
     for mutant in MUTANTS:
         assert any(mutant.applies(o) for o in COVERING), mutant.bug
     # Each switch that changes how rules are written is seen both on and off.
-    for name in ("amp", "clip", "early_stopping", "distributed", "ema"):
+    for name in ("amp", "clip", "early_stopping", "distributed", "ema", "compile"):
         assert {getattr(o, name) for o in COVERING} == {False, True}, name
     assert {o.grad_accum for o in COVERING} == {1, 3}
     assert {o.warmup_steps for o in COVERING} == {0, 4}

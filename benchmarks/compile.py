@@ -74,8 +74,9 @@ def measure(task: str, root: Path, quick: bool, repetitions: int) -> dict:
     val_batches = project.data.Batches(data.val, 4 * cfg.batch_size, shuffle=False)
 
     loops, n_batches = {}, 0
+    seed = importlib.import_module(f"{project.package}.seed")
     for name in ("compiled", "eager"):
-        torch.manual_seed(cfg.seed)
+        seed.seed_everything(cfg.seed, cfg.deterministic)  # as fit does: deterministic mode
         model = project.model.build_model(cfg, data.input_shape, data.task.output_dim)
         optimizer = project.train.build_optimizer(model, cfg)  # fused AdamW, as fit builds it
         batches = project.data.Batches(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
@@ -171,11 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "benchmarks/compile.py", *(argv or sys.argv[1:])])
     results, started = {}, os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
+        path = args.out / "compile.md"
         for task in args.tasks:
             results[task] = measure(task, Path(tmp), args.quick, repetitions)
             print(f"{task}: done", flush=True)
-    path = args.out / "compile.md"
-    write_report(results, path, command, repetitions, (started, os.getloadavg()[0]))
+            # After each task: a crash in a later one keeps the tasks measured.
+            write_report(results, path, command, repetitions, (started, os.getloadavg()[0]))
     print(path.read_text())
     return 0
 

@@ -1339,7 +1339,7 @@ UNSEEN_BUGS = [
         "decoder.eval()",
     ),
     (
-        "test_views",
+        "model_views",
         "the test helper no longer decorated @torch.no_grad()",
         "@torch.no_grad()\ndef perform_test",
         "def perform_test",
@@ -1347,7 +1347,7 @@ UNSEEN_BUGS = [
         "for inputs, labels in loader:",
     ),
     (
-        "test_views",
+        "model_views",
         "an evaluation with autograd on added to the loop over views",
         "        results.append(perform_test(loader, model))\n",
         "        results.append(perform_test(loader, model))\n"
@@ -1356,7 +1356,7 @@ UNSEEN_BUGS = [
         "for views in cfg.views:",
     ),
     (
-        "test_views",
+        "model_views",
         "the profiled forward no longer under the FLOP counter",
         "    with counter:\n        model(inputs)\n",
         "    model(inputs)\n",

@@ -1,5 +1,6 @@
 """Checkpoints: plain dicts, written atomically, loaded without unpickling code."""
 
+import math
 import os
 import re
 import secrets
@@ -158,7 +159,111 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(
             f"checkpoint {path} holds {kind}, not a checkpoint dict; {TRAINING_RUN_HINT}"
         )
+    check_entries(checkpoint, path)
     return checkpoint
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensors(value) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()
+    )
+
+
+def _string_keys(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(key, str) for key in value)
+
+
+def _rows(value) -> bool:
+    return isinstance(value, list) and all(_string_keys(row) for row in value)
+
+
+def _loss(value) -> bool:
+    # A number; never nan, which no epoch's loss can beat (inf: no best epoch yet).
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _shown(value) -> str:
+    """A value in a few characters: its kind for a container, else its repr, cut short."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor"
+    if isinstance(value, dict | list | tuple):
+        return f"a {type(value).__name__}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# What each entry of a training checkpoint must be, checked whenever one is loaded: a file that
+# was edited, or written by other code, is refused naming the entry before anything uses it.
+ENTRIES = {
+    "model": (_tensors, "a dict of tensors (a state_dict)"),
+    "ema": (_string_keys, "a dict"),
+    "optimizer": (_string_keys, "a dict (an optimizer's state_dict)"),
+    "scheduler": (_string_keys, "a dict (a scheduler's state_dict)"),
+    "warmup": (_string_keys, "a dict"),
+    "scaler": (_string_keys, "a dict"),
+    "epochs_without_improvement": (_count, "a whole number of epochs, 0 or more"),
+    "epoch": (_count, "a whole number of epochs, 0 or more"),
+    "global_step": (_count, "a whole number of steps, 0 or more"),
+    "best_epoch": (_count, "a whole number of epochs, 0 or more"),
+    "best_val_loss": (_loss, "a number that is not nan"),
+    "history": (_rows, "a list of one dict per epoch"),
+    "rng": (_string_keys, "a dict of random number generator states"),
+    "batch_rng": (
+        lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8,
+        "a uint8 tensor (a generator's state)",
+    ),
+    "rank_rng": (lambda v: isinstance(v, list) and all(map(_string_keys, v)), "a list of dicts"),
+    "config": (_string_keys, "a dict of settings"),
+    "data": (_string_keys, "a dict of what the run learnt from its data"),
+    "run_id": (lambda v: isinstance(v, str) and v != "", "a run id (text)"),
+    "project": (_string_keys, "a dict of the project's name and options"),
+    "template_version": (lambda v: isinstance(v, str), "a version (text)"),
+}
+# Entries a training checkpoint has when its project was generated with an option.
+OPTION_ENTRIES = {
+    "early_stopping": "epochs_without_improvement",
+    "ema": "ema",
+    "amp": "scaler",
+}
+
+
+def check_entries(checkpoint: dict, path: str | Path) -> None:
+    """Raise CheckpointError naming the first entry of `checkpoint` of the wrong type or value,
+    or one that its own project options say it must have but lacks."""
+    for key, (fits, what) in ENTRIES.items():
+        if key in checkpoint and not fits(checkpoint[key]):
+            raise CheckpointError(
+                f"checkpoint {path}: '{key}' is {_shown(checkpoint[key])}, not {what}; it was "
+                f"edited or written by other code; {TRAINING_RUN_HINT}"
+            )
+    epoch, best = checkpoint.get("epoch"), checkpoint.get("best_epoch")
+    if _count(epoch) and _count(best) and best > epoch:
+        raise CheckpointError(
+            f"checkpoint {path}: best_epoch {best} is after its epoch {epoch}; {TRAINING_RUN_HINT}"
+        )
+    history = checkpoint.get("history")
+    if _count(epoch) and _rows(history):
+        numbers = [row.get("epoch") for row in history]
+        if numbers != list(range(1, epoch + 1)):
+            raise CheckpointError(
+                f"checkpoint {path}: its history does not hold one row per epoch, 1 to {epoch}; "
+                f"it was edited or written by other code; {TRAINING_RUN_HINT}"
+            )
+    if _count(best) and best > 0 and checkpoint.get("best_val_loss") == math.inf:
+        raise CheckpointError(
+            f"checkpoint {path}: best_val_loss is inf at best_epoch {best}, which no epoch can "
+            f"have; {TRAINING_RUN_HINT}"
+        )
+    project = checkpoint.get("project")
+    if isinstance(project, dict) and "epoch" in checkpoint:  # a training checkpoint
+        needed = [entry for option, entry in OPTION_ENTRIES.items() if project.get(option)]
+        if project.get("warmup") and project.get("scheduler") == "plateau":
+            needed.append("warmup")
+        require_keys(checkpoint, needed, path)
 
 
 def require_keys(checkpoint: dict, keys, path: str | Path) -> None:

@@ -1,5 +1,6 @@
 """Checkpoints: plain dicts, written atomically, loaded without unpickling code."""
 
+import hashlib
 import math
 import os
 import re
@@ -22,6 +23,7 @@ TEMPORARY_NAME = re.compile(r"\.(?:.+\.pt|metrics\.csv)\.[a-z0-9_]{8}\.tmp")
 # torch writes zip archives: a file that starts like one but fails to load was cut short.
 ZIP_MAGIC = b"PK\x03\x04"
 TRAINING_RUN_HINT = "give a last.pt or best.pt written by this project's training"
+DIGEST_SLICE = 1 << 22  # elements hashed at a time by content_digest (16 MB of float32)
 
 
 class CheckpointError(ValueError):
@@ -65,6 +67,23 @@ def current_umask() -> int:
     mask = os.umask(0)  # reading it means setting it: put it straight back
     os.umask(mask)
     return mask
+
+
+def content_digest(*parts) -> str:
+    """A short hash of what a run trained on (tensors, arrays, texts), saved with its data's
+    statistics: a resume on data edited since (labels changed, rows swapped) differs here
+    even where no statistic does. Read a slice at a time: a table on disk is never copied."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            part = part.detach().cpu()
+            digest.update(f"{part.dtype} {tuple(part.shape)}\n".encode())
+            flat = part.reshape(-1)
+            for start in range(0, len(flat), DIGEST_SLICE):
+                digest.update(flat[start : start + DIGEST_SLICE].contiguous().numpy().tobytes())
+        else:
+            digest.update(f"{part!r}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:
@@ -258,16 +277,17 @@ def check_entries(checkpoint: dict, path: str | Path) -> None:
             f"checkpoint {path}: best_val_loss is inf at best_epoch {best}, which no epoch can "
             f"have; {TRAINING_RUN_HINT}"
         )
-    project = checkpoint.get("project")
-    if isinstance(project, dict) and "epoch" in checkpoint:  # a training checkpoint
-        needed = [entry for option, entry in OPTION_ENTRIES.items() if project.get(option)]
-        if project.get("warmup") and project.get("scheduler") == "plateau":
-            needed.append("warmup")
-        require_keys(checkpoint, needed, path)
 
 
 def require_keys(checkpoint: dict, keys, path: str | Path) -> None:
-    """Raise CheckpointError naming every key in `keys` that `checkpoint` lacks."""
+    """Raise CheckpointError naming every key in `keys` that `checkpoint` lacks; for a resume
+    (keys with "optimizer"), also those its own project options say it has."""
+    keys = list(keys)
+    project = checkpoint.get("project")
+    if "optimizer" in keys and isinstance(project, dict):
+        keys += [entry for option, entry in OPTION_ENTRIES.items() if project.get(option)]
+        if project.get("warmup") and project.get("scheduler") == "plateau":
+            keys.append("warmup")
     missing = [key for key in keys if key not in checkpoint]
     if not missing:
         return

@@ -272,6 +272,16 @@ def check_entries(checkpoint: dict, path: str | Path) -> None:
                 f"checkpoint {path}: its history does not hold one row per epoch, 1 to {epoch}; "
                 f"it was edited or written by other code; {TRAINING_RUN_HINT}"
             )
+    if _count(epoch) and _rows(history) and _count(best) and 0 < best <= epoch:
+        # The best epoch's validation loss is in its history row: an edited best loss (one no
+        # epoch reached, say) would make every later epoch look worse, or better, than it is.
+        recorded = history[best - 1].get("val_loss")
+        if "best_val_loss" in checkpoint and recorded != checkpoint["best_val_loss"]:
+            raise CheckpointError(
+                f"checkpoint {path}: best_val_loss {_shown(checkpoint['best_val_loss'])} is not "
+                f"the validation loss of its best_epoch {best} ({_shown(recorded)}); it was "
+                f"edited or written by other code; {TRAINING_RUN_HINT}"
+            )
     if _count(best) and best > 0 and checkpoint.get("best_val_loss") == math.inf:
         raise CheckpointError(
             f"checkpoint {path}: best_val_loss is inf at best_epoch {best}, which no epoch can "

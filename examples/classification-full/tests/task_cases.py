@@ -5,6 +5,7 @@ import math
 import random
 
 import pyarrow as pa
+import torch
 from pyarrow import parquet
 
 # --set values for a run that takes a fraction of a second; the tests add --device cpu.
@@ -29,8 +30,26 @@ BAD_VALUES = [
     ),
     ("n_classes=1", "n_classes = 1", "n_classes must be between 2 and 100000"),
 ]
+# The target named by categorical or drop, in the forms a list of columns is written.
+TARGET_AS_FEATURE = "categorical names the target column '{}'; name feature columns only"
+TARGET_DROPPED = "drop names the target column '{}'; to predict another column, set target to it"
+AS_FEATURE = TARGET_AS_FEATURE.format("target")
+BAD_VALUES += [
+    ("categorical=target", 'categorical = "target"', AS_FEATURE),
+    ("categorical=zip, target ", 'categorical = "zip, target "', AS_FEATURE),
+    ("drop=target", 'drop = "target"', TARGET_DROPPED.format("target")),
+    ("drop=id,,target,x", 'drop = "id,,target,x"', TARGET_DROPPED.format("target")),
+]
 # Bad data flags of train.py and their messages.
-BAD_FLAGS = [(["--target", " "], "target must name a CSV column")]
+BAD_FLAGS = [
+    (["--target", " "], "target must name a CSV column"),
+    (["--target", "y", "--set", "drop=id, y"], TARGET_DROPPED.format("y")),
+    (["--target", " y ", "--set", "categorical=y"], TARGET_AS_FEATURE.format("y")),
+    (
+        ["--set", "categorical=b,a", "--set", "drop=a"],
+        "categorical and drop both name 'a'; a column is read as categories or left out, not both",
+    ),
+]
 # The largest values the task's settings accept, as --set values.
 BOUNDARY = ["hidden_dim=65536", "n_samples=62500000"]  # x 16 features: the 1e9 cell limit
 # Settings written out and read back unchanged (strings with spaces and non-ASCII letters).
@@ -44,7 +63,7 @@ FIXED_CHANGES = [
 # A config change that makes other data, and what a resume says differs.
 OTHER_DATA = (
     {"n_features": 8},
-    "feature_names, feature_mean, feature_std",
+    "feature_names, feature_mean, feature_std, content_digest",
 )
 
 
@@ -82,6 +101,16 @@ def write_labelled(folder, seed: int) -> str:
     return str(path)
 
 
+def labelled_forms(folder, seed: int) -> list[str]:
+    """write_labelled's rows in each form training reads: a CSV file and a Parquet file."""
+    path = write_labelled(folder, seed)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns = {name: [row[name] for row in rows] for name in rows[0]}  # labels as text
+    columns.update({f"x{i}": [float(row[f"x{i}"]) for row in rows] for i in range(4)})
+    return [path, _parquet(folder, columns, "labelled.parquet")]
+
+
 def rewrite(labelled: str, folder) -> str:
     """The same rows without their target, the columns in another order, and one more column."""
     with open(labelled, newline="") as f:
@@ -101,8 +130,8 @@ def _csv(folder, text: str, name: str = "new.csv") -> str:
     return str(path)
 
 
-def _parquet(folder, columns: dict) -> str:
-    path = folder / "new.parquet"
+def _parquet(folder, columns: dict, name: str = "new.parquet") -> str:
+    path = folder / name
     parquet.write_table(pa.table(columns), path)
     return str(path)
 
@@ -146,3 +175,67 @@ NEW_DATA_REFUSALS = [
         "row 3: label 'sideways' is not a class the model was trained on (down, up)",
     ),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Export (tests/test_export.py): a file of the task's data for a run to export, and the check
+# that the JSON beside an exported model holds what predict applies.
+
+# A table with every kind of input the model reads: numbers with missing cells (filled in and
+# flagged), a categorical column of few values (one-hot) and one of many (a learned embedding).
+EXPORT_SETTINGS = [*SMALL_ON_FILES, "categorical=colour,city"]
+
+
+def write_export_data(folder) -> str:
+    """A CSV file of 160 rows: x0 (a missing cell in every ninth row), x1, colour, city."""
+    rng = random.Random(0)
+    path = folder / "export.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["x0", "x1", "colour", "city", "target"])
+        for i in range(160):
+            x0, x1 = round(rng.gauss(0, 1), 4), round(rng.gauss(0, 1), 4)
+            colour = rng.choice(["red", "green", "blue", ""])
+            city = f"city{rng.randrange(24)}"
+            target = "up" if x0 + x1 + (colour == "red") > 0.5 else "down"
+            writer.writerow(["" if i % 9 == 4 else x0, x1, colour, city, target])
+    return str(path)
+
+
+def check_serving(description: dict, predictor, data: str) -> None:
+    """The JSON holds predict's encoding and output scale, and a serving system that follows it
+    alone turns the file's rows into the inputs predict gives the model."""
+    assert description["output"]["classes"] == predictor.task.classes
+    steps = description["preprocessing"]
+    encoding = predictor.inputs.encoding
+    assert steps["columns"] == predictor.inputs.feature_names
+    assert [column["name"] for column in steps["numeric"]] == encoding.numeric
+    assert [column["mean"] for column in steps["numeric"]] == encoding.mean.tolist()
+    assert [column["std"] for column in steps["numeric"]] == encoding.std.tolist()
+    assert steps["missing_indicators"] == encoding.flagged == ["x0"]
+    assert {c["name"]: c["values"] for c in steps["categorical"]} == encoding.categories
+    missing = set(steps["missing_cells"])
+    with open(data, newline="") as f:
+        rows = [{k.strip(): v.strip() for k, v in row.items()} for row in csv.DictReader(f)]
+    made = []
+    for row in rows:
+        numbers = []
+        for column in steps["numeric"]:
+            cell = row[column["name"]]
+            value = column["mean"] if cell in missing else float(cell)
+            numbers.append((value - column["mean"]) / column["std"])
+        flags = [float(row[name] in missing) for name in steps["missing_indicators"]]
+        codes = []
+        for column in steps["categorical"]:
+            cell = row[column["name"]]
+            if cell in missing:
+                codes.append(steps["missing_code"])
+            elif cell in column["values"]:
+                codes.append(2 + column["values"].index(cell))
+            else:
+                codes.append(steps["unknown_code"])
+        made.append([*numbers, *flags, *map(float, codes)])
+    _, split = predictor.inputs.read(data, predictor.task, labelled=False)
+    expected = split.features
+    assert torch.tensor(made).shape == expected.shape
+    assert torch.allclose(torch.tensor(made), expected, atol=1e-6, rtol=1e-6)

@@ -113,6 +113,7 @@ EMPTY = "needs a header row and at least one data row"
 HEADER = "with the column names"
 LABEL = "every row needs a label"
 REFUSED = ', or set missing = "impute" to fill it in'
+MISSED = NUMBER + REFUSED
 
 
 def test_csv_target_column_by_name(cfg, tmp_path):
@@ -165,8 +166,9 @@ def test_a_record_may_span_lines_and_errors_name_the_line_it_starts_on(tmp_path)
         # Feature cells: file:line:column, the column named (missing cells refused here).
         ("a,b,target\n1,,0\n", "{path}:2:2: column 'b' is empty; " + NUMBER + REFUSED),
         ("a,b,target\n1, ,0\n", "{path}:2:2: column 'b' is empty; " + NUMBER + REFUSED),
-        ("a,b,target\n1,2,0\n3,nan,1\n", "{path}:3:2: column 'b' is 'nan', " + NOT_FINITE),
-        ("a,b,target\n1,2,0\n3,NaN,1\n", "{path}:3:2: column 'b' is 'NaN', " + NOT_FINITE),
+        # nan and NaN are missing words: refused as missing cells, as NA is
+        ("a,b,target\n1,2,0\n3,nan,1\n", "{path}:3:2: column 'b' is missing ('nan'); " + MISSED),
+        ("a,b,target\n1,2,0\n3,NaN,1\n", "{path}:3:2: column 'b' is missing ('NaN'); " + MISSED),
         ("a,b,target\ninf,2,0\n", "{path}:2:1: column 'a' is 'inf', " + NOT_FINITE),
         ("a,b,target\n1,-Infinity,0\n", "{path}:2:2: column 'b' is '-Infinity', " + NOT_FINITE),
         ("a,b,target\n1,1e39,0\n", "{path}:2:2: column 'b' is '1e39', " + NOT_FINITE),
@@ -247,12 +249,43 @@ def test_numerically_equal_labels_are_one_class(cfg, tmp_path):
 
 
 def test_class_ids_and_text_labels_are_classes(cfg, tmp_path):
-    rows = "".join(f"{i},{i % 100}\n" for i in range(300))
+    rows = "".join(f"{i},{i % 100}\n" for i in range(500))  # 5 rows a class: enough
     data = load_csv(cfg, tmp_path / "ids.csv", "a,target\n" + rows)
     assert data.task.classes == [str(i) for i in range(100)]  # in numeric order
     rows = "".join(f"{i},{['cat', 'dog', '2', 'Dog'][i % 4]}\n" for i in range(40))
     data = load_csv(cfg, tmp_path / "text.csv", "a,target\n" + rows)
     assert data.task.classes == ["2", "Dog", "cat", "dog"]
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_target_of_too_many_whole_numbers_is_refused_and_the_classes_are_counted(
+    cfg, tmp_path, capsys, seed
+):
+    # Whole numbers pass as classes while there are at most max(20, rows / 5) of them: at the
+    # bound and one past it, for row counts on both sides of 100 (where rows / 5 passes 20),
+    # with the values drawn from a seeded range (ages, counts, ids: any offset).
+    rng = random.Random(seed)
+    for rows in (rng.randint(30, 99), rng.randint(101, 2000)):
+        limit = max(20, rows // 5)
+        start = rng.randint(-50, 500)
+        for distinct in (limit, limit + 1):
+            values = [start + i % distinct for i in range(rows)]
+            rng.shuffle(values)
+            text = "a,target\n" + "".join(f"{i},{v}\n" for i, v in enumerate(values))
+            path = write_csv(tmp_path / f"d{rows}-{distinct}.csv", text)
+            settings = dataclasses.replace(cfg, data=path)
+            if distinct <= limit:
+                assert len(load_data(settings).task.classes) == distinct
+                assert f"; target: {distinct} classes\n" in capsys.readouterr().out
+                continue
+            with pytest.raises(DataError) as err:
+                load_data(settings)
+            assert str(err.value).startswith(
+                f"{path}: the target has {distinct} distinct whole numbers in {rows} rows "
+                f"({rows / distinct:.1f} rows a class): too few to learn each as a class "
+                f"(at most {limit} classes, 5 rows each on average)"
+            )
 
 
 @pytest.mark.probe
@@ -445,6 +478,49 @@ def test_new_data_may_be_parquet_with_its_columns_in_any_order(cfg, tmp_path, se
     assert read[0][0] == read[1][0] == [str(i) for i in range(1, 201)]
     assert torch.equal(read[0][1].features, read[1][1].features)
     assert torch.equal(read[0][1].targets, read[1][1].targets)
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_number_no_float32_holds_is_refused_in_every_parquet_float_type(cfg, tmp_path, seed):
+    # inf, -inf and (where missing cells are refused) nan, in a float16, float32 or float64
+    # column, or beyond float32 in a float64 one: refused by row and column, in training and in
+    # a new file, never read as a number the model then trains or predicts on.
+    rng = random.Random(seed)
+    cases = [(kind, bad) for kind in ("float16", "float32", "float64") for bad in ("inf", "-inf")]
+    cases += [
+        ("float64", "1e39"),
+        ("float64", "-4e38"),
+        (rng.choice(["float16", "float32"]), "nan"),
+    ]
+    good = {
+        "a": [round(rng.gauss(0, 1), 2) for _ in range(60)],
+        "target": [i % 2 for i in range(60)],
+    }
+    inputs = NewData(
+        load_data(
+            dataclasses.replace(cfg, data=write_parquet(tmp_path / "g.pq", good), missing="refuse")
+        ).state_dict(),
+        cfg,
+    )
+    for number, (kind, bad) in enumerate(cases):
+        row = rng.randrange(60)
+        values = list(good["a"])
+        values[row] = float(bad)
+        columns = {
+            "b": [1.0] * 60,
+            "a": pa.array(values, pa.float32() if kind == "float32" else pa.float64()).cast(kind),
+            "target": good["target"],
+        }
+        path = write_parquet(tmp_path / f"d{number}.parquet", columns)
+        shown = repr(pa.scalar(float(bad)).cast(kind).as_py())
+        message = f"{path}: row {row + 1}: column 'a' is {shown}, " + NOT_FINITE
+        with pytest.raises(DataError) as err:
+            load_data(dataclasses.replace(cfg, data=path, missing="refuse"))
+        assert str(err.value) == message, (kind, bad)
+        with pytest.raises(DataError) as err:
+            inputs.read(path, None, labelled=False)
+        assert str(err.value) == message, (kind, bad)
 
 
 @pytest.mark.probe

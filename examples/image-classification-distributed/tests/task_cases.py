@@ -2,8 +2,10 @@
 
 import math
 import shutil
+from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 # --set values for a run that takes a fraction of a second; the tests add --device cpu.
@@ -46,7 +48,7 @@ FIXED_CHANGES = [
     (["val_fraction=0.5", "depth=1"], "val_fraction (0.2 -> 0.5), depth (2 -> 1)"),
 ]
 # A config change that makes other data, and what a resume says differs.
-OTHER_DATA = ({"channels": 1}, "image_shape, image_mean, image_std")
+OTHER_DATA = ({"channels": 1}, "image_shape, image_mean, image_std, content_digest")
 
 
 # The run tests/test_training.py trains the project's own model with, to see it learn.
@@ -90,6 +92,21 @@ def write_labelled(folder, seed: int) -> str:
     return str(root)
 
 
+def labelled_forms(folder, seed: int) -> list[str]:
+    """write_labelled's images in each layout training reads: one folder per class, and the
+    same with train/ and val/ folders whose classes keep some images in sub-folders."""
+    flat = write_labelled(folder, seed)
+    split = folder / "split"
+    for path in sorted(Path(flat).rglob("*.png")):
+        number = int(path.stem)
+        part = "val" if number % 5 == 0 else "train"
+        nested = f"batch{number % 3}/" if number % 2 else ""  # nested folders count too
+        target = split / part / path.parent.name / f"{nested}{path.name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return [flat, str(split)]
+
+
 def rewrite(labelled: str, folder) -> str:
     """The same images, unlabelled: the same relative paths under another folder."""
     root = folder / "unlabelled"
@@ -123,3 +140,34 @@ NEW_DATA_REFUSALS = [
     ),
     ("no-class-folders", lambda d: _folder(d, {"a.png": GREY}), True, "no class folders"),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Export (tests/test_export.py): a file of the task's data for a run to export, and the check
+# that the JSON beside an exported model holds what predict applies.
+
+EXPORT_SETTINGS = SMALL_ON_FILES
+
+
+def write_export_data(folder) -> str:
+    return write_labelled(folder, seed=0)
+
+
+def check_serving(description: dict, predictor, data: str) -> None:
+    """The JSON holds predict's image size, channels, normalisation and classes, and its
+    normalisation of the decoded images gives the batches predict gives the model."""
+    assert description["output"]["classes"] == predictor.task.classes
+    steps = description["preprocessing"]
+    channels, size, _ = predictor.inputs.input_shape
+    assert description["input"]["shape"] == ["batch", channels, size, size]
+    assert (steps["channels"], steps["image_size"]) == (channels, size)
+    assert steps["mode"] == ("L" if channels == 1 else "RGB")
+    assert steps["mean"] == predictor.inputs.mean.tolist()
+    assert steps["std"] == predictor.inputs.std.tolist()
+    _, split = predictor.inputs.read(data, predictor.task, labelled=False)
+    mean = torch.tensor(steps["mean"]).view(1, -1, 1, 1)
+    std = torch.tensor(steps["std"]).view(1, -1, 1, 1)
+    made = (split.images.float() / 255 - mean) / std
+    expected = torch.cat([inputs.cpu() for inputs, _ in predictor.batches(split)])
+    assert made.shape == expected.shape
+    assert torch.allclose(made, expected, atol=1e-5, rtol=1e-5)

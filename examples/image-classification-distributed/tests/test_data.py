@@ -433,6 +433,28 @@ def test_a_changed_folder_misses_the_cache(tmp_path, monkeypatch, change, files)
 
 
 @pytest.mark.probe
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_cache_key_is_path_size_and_date_as_the_readme_says(tmp_path, seed):
+    # An image replaced by another of the same byte size, its date set back: the key (path,
+    # class, size, modification time) cannot see it, and the README says so and what to do.
+    rng = np.random.default_rng(seed)
+    root, cache = tmp_path / "pics", tmp_path / "cache"
+    for label in ("cat", "dog"):
+        for i in range(3):
+            write_image(root / label / f"{i}.bmp", int(rng.integers(0, 120)))  # BMP: fixed size
+    path = root / rng.choice(["cat", "dog"]) / f"{rng.integers(3)}.bmp"
+    before = grey_values(read_folder(root, cache_dir=cache).train)
+    info = path.stat()
+    write_image(path, 250)  # another image, the same number of bytes
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert path.stat().st_size == info.st_size
+    stale = read_folder(root, cache_dir=cache)
+    assert stale.cached and grey_values(stale.train) == before
+    fresh = grey_values(read_folder(root, cache_dir=None).train)  # cache_dir= reads the pixels
+    assert 250 in fresh and 250 not in before
+
+
+@pytest.mark.probe
 def test_a_moved_folder_still_hits_its_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     first = read_folder(make_folder(tmp_path / "pics"), cache_dir=cache)
@@ -513,6 +535,29 @@ def test_a_damaged_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch):
     forbid_decoding(monkeypatch)  # the rebuilt cache file is whole again
     rebuilt = read_folder(root, cache_dir=cache)
     assert rebuilt.cached and torch.equal(rebuilt.train.images, first.train.images)
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("kind", ["file", "link", "under a file"])
+def test_a_cache_dir_that_is_no_folder_is_one_line_or_a_warning(image_cfg, tmp_path, kind):
+    root = make_folder(tmp_path / "pics")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    if kind == "link":
+        (tmp_path / "link").symlink_to(notes)
+    cache = {"file": notes, "link": tmp_path / "link", "under a file": notes / "cache"}[kind]
+    settings = dataclasses.replace(image_cfg, data=str(root), cache_dir=str(cache))
+    if kind == "under a file":  # a cache that cannot be written costs a decode, nothing more
+        with pytest.warns(UserWarning, match="could not write the image cache"):
+            load_data(settings)
+    else:
+        with pytest.raises(DataError) as err:
+            load_data(settings)
+        assert str(err.value) == (
+            f"cache_dir {cache} is not a folder; set cache_dir to a folder for the decoded "
+            'images, or to "" for no cache'
+        )
+    assert notes.read_text() == "mine"
 
 
 @pytest.mark.probe

@@ -334,3 +334,61 @@ def test_sigterm_to_torchrun_saves_the_kept_epochs_and_rank_0_alone_says_so(tmp_
     assert ours[0].endswith(f"; resume with python -m {train.__name__} --resume {out / 'last.pt'}")
     last = torch.load(out / "last.pt", weights_only=False)
     assert printed <= last["epoch"] <= printed + 1
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc: empty where there is none)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.probe
+def test_ranks_stop_and_save_when_torchrun_is_killed(tmp_path):
+    # torchrun starts each rank in a session of its own: SIGKILL to torchrun's process group
+    # does not reach them. Each rank sees its parent gone and stops as on SIGHUP, saving the
+    # kept epochs; rank 0 alone says why. The pipes close only when both ranks have exited.
+    out = tmp_path / "run"
+    settings = [*SETTINGS, "--epochs", "100000", "--out", str(out)]
+    settings += ["--set", "patience=100000"]
+    command, env = torchrun(2, *settings)
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    printed = 0
+    while printed < 2:
+        line = process.stdout.readline()
+        assert line, process.communicate()[1]
+        printed += line.startswith("epoch ")
+    ranks = children(process.pid)
+    os.killpg(process.pid, signal.SIGKILL)
+    started = time.monotonic()
+    try:
+        stdout, stderr = process.communicate(timeout=60)  # EOF: every rank has exited
+    except subprocess.TimeoutExpired:
+        for rank in ranks:  # a failed test leaves no orphans training for ever
+            os.kill(rank, signal.SIGKILL)
+        raise AssertionError("the ranks trained on without their launcher") from None
+    assert time.monotonic() - started < 60
+    printed += sum(line.startswith("epoch ") for line in stdout.splitlines())
+    ours = [
+        line
+        for line in stderr.splitlines()
+        if line.startswith(("stopped", "interrupted", "error: "))
+    ]
+    assert len(ours) == 2, stderr
+    assert ours[0] == f"error: torchrun (pid {process.pid}) is gone; stopping", stderr
+    assert ours[1].startswith("stopped by SIGHUP at epoch "), stderr
+    last = torch.load(out / "last.pt", weights_only=False)
+    assert printed <= last["epoch"] <= printed + 1

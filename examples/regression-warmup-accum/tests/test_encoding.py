@@ -111,6 +111,43 @@ def test_categories_and_missing_numbers_are_learned_from_the_training_rows(cfg, 
 
 
 @pytest.mark.probe
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_missing_refuse_refuses_every_missing_word_in_numbers_wherever_it_is(cfg, tmp_path, seed):
+    # Each word that means "missing", with spaces or not, anywhere in a column of numbers: the
+    # column stays numeric and the cell is refused by its place, in training and in a new file;
+    # a text cell anywhere in the same column makes it categorical, with the word its missing
+    # category.
+    rng = random.Random(seed)
+    for number, word in enumerate([*MISSING_CELLS, " NA ", " ?"]):
+        columns = mixed_table(seed, 40)
+        columns["value"] = [round(rng.gauss(0, 1), 3) for _ in range(40)]
+        rows = sorted(rng.sample(range(40), rng.randint(1, 3)))
+        for row in rows:
+            columns["value"][row] = word
+        path = write_csv(tmp_path / f"t{number}.csv", columns)
+        refuse = dataclasses.replace(cfg, data=path, missing="refuse")
+        with pytest.raises(DataError) as err:
+            load_data(refuse)
+        problem = "is empty" if not word.strip() else f"is missing ({word.strip()!r})"
+        assert str(err.value) == (
+            f"{path}:{rows[0] + 2}:2: column 'value' {problem}; every feature needs a number, "
+            'or set missing = "impute" to fill it in'
+        ), word
+        text = rng.choice([i for i in range(40) if i not in rows])
+        columns["value"][text] = "high"  # text: the column is categorical, the word missing
+        data = load_data(dataclasses.replace(refuse, data=write_csv(tmp_path / "c.csv", columns)))
+        assert "value" in data.encoding.categories and data.encoding.flagged == [], word
+    # A new file under the checkpoint's refuse policy: refused by its place too.
+    columns = mixed_table(seed, 40)
+    columns["value"] = [1.0] * 40
+    data = load_data(dataclasses.replace(refuse, data=write_csv(tmp_path / "train.csv", columns)))
+    columns["value"][3] = "NA"
+    new = write_csv(tmp_path / "new.csv", columns)
+    with pytest.raises(DataError, match=r":5:2: column 'value' is missing \('NA'\)"):
+        NewData(data.state_dict(), refuse).read(new, data.task, labelled=False)
+
+
+@pytest.mark.probe
 @pytest.mark.parametrize("seed", [3, 4])
 def test_a_parquet_file_gives_what_the_same_table_gives_as_csv(cfg, tmp_path, seed):
     columns = mixed_table(seed, 200)

@@ -307,6 +307,18 @@ def test_extending_a_run_puts_its_remaining_steps_on_the_longer_schedule(tmp_pat
     assert checkpoint["config"]["epochs"] == 6 and checkpoint["global_step"] == 6 * steps
 
 
+def test_a_resume_reports_changes_to_training_not_to_what_is_shown(tmp_path, capsys):
+    out = tmp_path / "run"
+    first_run(capsys, out, 2, 5, "--set", "progress=true")
+    code, lines, errors = train_cli(
+        capsys, "--resume", str(out / "last.pt"), "--epochs", "3", "--set", "progress=false"
+    )
+    assert code == 0 and errors == []
+    assert lines[1].startswith("resuming after epoch 2 with epochs 2 -> 3"), lines[1]
+    assert "progress" not in lines[1], lines[1]
+    assert load_checkpoint(out / "last.pt")["config"]["progress"] is False
+
+
 @pytest.mark.parametrize("seed", [8, 31])
 def test_a_new_learning_rate_on_resume_is_used_and_recorded(tmp_path, capsys, seed):
     out = tmp_path / "run"
@@ -470,6 +482,31 @@ def test_an_unusable_out_fails_before_anything_trains(tmp_path, capsys, monkeypa
     assert code == 2 and lines == []
     assert errors == [f"error: {expected}"]
     assert notes.read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["a file", "a link to a file", "a broken link"])
+def test_a_tensorboard_folder_that_is_not_one_is_one_line_before_anything_trains(
+    tmp_path, capsys, monkeypatch, kind
+):
+    def never(*args, **kwargs):
+        raise AssertionError("an epoch trained")
+
+    monkeypatch.setattr(train, "train_one_epoch", never)
+    out, notes = tmp_path / "run", tmp_path / "notes.txt"
+    notes.write_text("mine")
+    out.mkdir()
+    events = out / "tensorboard"
+    if kind == "a file":
+        events.write_text("mine")
+    else:
+        events.symlink_to(notes if kind == "a link to a file" else tmp_path / "nowhere")
+    code, lines, errors = train_cli(
+        capsys, "--epochs", "2", "--out", str(out), "--set", "tensorboard=true"
+    )
+    assert code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith(f"error: cannot write TensorBoard's events to {events}: ")
+    assert errors[0].endswith("; move what is there away, or set tensorboard=false")
+    assert notes.read_text() == "mine" and os.path.lexists(events)
 
 
 @pytest.mark.parametrize("seed", [2, 58])

@@ -3,6 +3,7 @@
 import csv
 import math
 import random
+import re
 
 # --set values for a run that takes a fraction of a second; the tests add --device cpu.
 SMALL = ["n_samples=256", "embedding_dim=16", "width=16"]
@@ -43,7 +44,7 @@ FIXED_CHANGES = [
     (["val_fraction=0.5", "embedding_dim=8"], "val_fraction (0.2 -> 0.5), embedding_dim (16 -> 8)"),
 ]
 # A config change that makes other data, and what a resume says differs.
-OTHER_DATA = ({"max_length": 8}, "max_length")
+OTHER_DATA = ({"max_length": 8}, "max_length, content_digest")
 
 
 # The run tests/test_training.py trains the project's own model with, to see it learn: 0.93
@@ -90,6 +91,18 @@ def write_labelled(folder, seed: int) -> str:
     return str(path)
 
 
+def labelled_forms(folder, seed: int) -> list[str]:
+    """write_labelled's documents in each form training reads: the CSV file, and a folder of
+    one folder of .txt files per class, where some documents sit in sub-folders."""
+    path = write_labelled(folder, seed)
+    root = folder / "documents"
+    with open(path, newline="") as f:
+        for number, row in enumerate(csv.DictReader(f)):
+            nested = f"part{number % 3}/" if number % 2 else ""  # nested folders count too
+            _file(root / row["target"], f"{nested}{row['id']}.txt", row["text"].encode())
+    return [path, str(root)]
+
+
 def rewrite(labelled: str, folder) -> str:
     """The same documents without labels, the columns in another order."""
     with open(labelled, newline="") as f:
@@ -124,3 +137,35 @@ NEW_DATA_REFUSALS = [
         "document 2: label 'meh' is not a class the model was trained on (bad, good)",
     ),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Export (tests/test_export.py): a file of the task's data for a run to export, and the check
+# that the JSON beside an exported model holds what predict applies.
+
+EXPORT_SETTINGS = SMALL_ON_FILES
+
+
+def write_export_data(folder) -> str:
+    return write_labelled(folder, seed=0)
+
+
+def check_serving(description: dict, predictor, data: str) -> None:
+    """The JSON holds predict's vocabulary, max_length and classes, and a serving system that
+    follows it alone turns the file's documents into the ids predict gives the model."""
+    assert description["output"]["classes"] == predictor.task.classes
+    steps = description["preprocessing"]
+    assert steps["vocabulary"] == predictor.inputs.vocabulary.words
+    assert steps["max_length"] == description["input"]["max"]["length"]
+    assert steps["max_length"] == predictor.inputs.max_length
+    pattern = re.compile(steps["token_pattern"])
+    ids = {word: i for i, word in enumerate(steps["vocabulary"])}
+    with open(data, encoding="utf-8-sig", newline="") as f:
+        texts = [row["text"] for row in csv.DictReader(f)]
+    _, split = predictor.inputs.read(data, predictor.task, labelled=False)
+    assert len(split) == len(texts)
+    for i, text in enumerate(texts):
+        words = pattern.findall(text.lower() if steps["lowercase"] else text)
+        made = [ids.get(word, steps["unknown_id"]) for word in words][: steps["max_length"]]
+        start, length = int(split.starts[i]), int(split.lengths[i])
+        assert split.tokens[start : start + length].tolist() == (made or steps["empty_document"])

@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,40 @@ def test_continuous_labels_are_refused(cfg, tmp_path):
     path = write(tmp_path / "docs.csv", "\n".join(rows))
     with pytest.raises(DataError, match="they look continuous"):
         load_data(small(cfg, data=str(path)))
+
+
+@pytest.mark.probe
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_too_many_whole_number_labels_are_refused_and_the_data_is_summed_up(
+    cfg, tmp_path, capsys, seed
+):
+    # Whole-number labels pass as classes while there are at most max(20, rows / 5) of them:
+    # at the bound and one past it, for row counts on both sides of 100. What passes is summed
+    # up in one line: documents, split, classes and vocabulary.
+    rng = random.Random(seed)
+    for rows in (rng.randint(30, 99), rng.randint(101, 600)):
+        limit = max(20, rows // 5)
+        start = rng.randint(-5, 300)
+        for distinct in (limit, limit + 1):
+            lines = [f"doc {i} w{i % 7},{start + i % distinct}" for i in range(rows)]
+            path = write(tmp_path / f"d{rows}-{distinct}.csv", "\n".join(["text,target", *lines]))
+            settings = small(cfg, data=str(path))
+            if distinct <= limit:
+                data = load_data(settings)
+                n_val = round(rows * settings.val_fraction)
+                assert capsys.readouterr().out == (
+                    f"data: {rows} documents of {path} ({rows - n_val} training, {n_val} "
+                    f"validation); {distinct} classes; vocabulary of {len(data.vocabulary)} "
+                    f"words (the training documents' words seen {settings.min_freq}+ times, "
+                    f"at most {settings.vocab_size}, with <pad> and <unk>)\n"
+                )
+                continue
+            with pytest.raises(DataError) as err:
+                load_data(settings)
+            assert str(err.value).startswith(
+                f"{path}: the labels have {distinct} distinct whole numbers in {rows} rows "
+                f"({rows / distinct:.1f} rows a class): too few to learn each as a class"
+            )
 
 
 @pytest.mark.probe

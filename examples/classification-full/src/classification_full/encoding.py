@@ -141,12 +141,46 @@ class Encoding:
 
     @classmethod
     def from_state(cls, state: dict) -> "Encoding":
-        """The encoding in a checkpoint's "data" (saved before there were encodings: numbers)."""
+        """The encoding in a checkpoint's "data" (saved before there were encodings: numbers).
+
+        Each entry is checked before use, so an edited checkpoint is refused (ValueError) rather
+        than broadcast or misread: a mean shorter than the columns would predict from garbage.
+        """
         saved = state.get("encoding", {"flagged": [], "categories": {}, "impute": False})
-        categories = {name: list(values) for name, values in saved["categories"].items()}
-        numeric = [name for name in state["feature_names"] if name not in categories]
-        mean, std = state["feature_mean"], state["feature_std"]
-        return cls(numeric, mean, std, list(saved["flagged"]), categories, bool(saved["impute"]))
+        _require(isinstance(saved, dict), "'encoding' is not a dict")
+        categories, names = saved.get("categories"), state.get("feature_names")
+        _require(
+            isinstance(categories, dict)
+            and all(_strings(values) for values in categories.values()),
+            "'categories' is not a dict of each categorical column's values (text)",
+        )
+        _require(_strings(names), "'feature_names' is not a list of column names")
+        _require(len(set(names)) == len(names), "'feature_names' names a column twice")
+        _require(set(categories) <= set(names), "'categories' names columns that are not features")
+        numeric = [name for name in names if name not in categories]
+        flagged = saved.get("flagged")
+        _require(_strings(flagged) and set(flagged) <= set(numeric), "'flagged' is not numeric")
+        _require(isinstance(saved.get("impute"), bool), "'impute' is not true or false")
+        mean, std = state.get("feature_mean"), state.get("feature_std")
+        for name, values in (("feature_mean", mean), ("feature_std", std)):
+            _require(
+                isinstance(values, torch.Tensor)
+                and values.dtype == torch.float32
+                and tuple(values.shape) == (len(numeric),)
+                and bool(values.isfinite().all()),
+                f"'{name}' is not {len(numeric)} finite float32 numbers, one per numeric column",
+            )
+        _require(bool((std > 0).all()), "'feature_std' has a value that is not above 0")
+        return cls(numeric, mean, std, list(flagged), categories, saved["impute"])
+
+
+def _require(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(problem)
+
+
+def _strings(values) -> bool:
+    return isinstance(values, list) and all(isinstance(value, str) for value in values)
 
 
 def _chunks(x: torch.Tensor, rows: torch.Tensor, columns) -> Iterator[torch.Tensor]:

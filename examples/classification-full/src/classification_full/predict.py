@@ -62,7 +62,12 @@ class Predictor:
         try:
             self.task = Task.from_state(checkpoint["data"]["task"])
             self.inputs = NewData(checkpoint["data"], self.cfg)
-        except (KeyError, TypeError, ValueError) as err:
+        except ValueError as err:  # an entry of the wrong type or size, named by the check
+            raise CheckpointError(
+                f"checkpoint {path}: its data entry is unusable: {err}; it was edited or written "
+                "by other code"
+            ) from None
+        except (KeyError, TypeError, AttributeError) as err:
             raise CheckpointError(
                 f"checkpoint {path} lacks what prediction needs of its data ({err!r})"
             ) from None
@@ -132,7 +137,9 @@ def write_rows(rows: list[dict], path: Path) -> None:
     write_atomically(path, lambda f: f.write(data), fsync=False)
 
 
-def check_output(out: str, overwrite: bool, inputs: tuple[str, ...]) -> Path:
+def check_output(
+    out: str, overwrite: bool, inputs: tuple[str, ...], example: str = "predictions.csv"
+) -> Path:
     """The --out file, refused where writing it would lose something or could not work.
 
     Only a regular file is ever replaced (with --overwrite), and never one of the inputs: a
@@ -140,7 +147,7 @@ def check_output(out: str, overwrite: bool, inputs: tuple[str, ...]) -> Path:
     """
     path = Path(out)
     if out.endswith(("/", os.sep)) or path.is_dir():
-        raise ConfigError(f"--out {out} is a folder; give a file name such as predictions.csv")
+        raise ConfigError(f"--out {out} is a folder; give a file name such as {example}")
     if os.path.lexists(path):
         if not overwrite:
             raise ConfigError(f"--out {path} exists; choose another file or add --overwrite")

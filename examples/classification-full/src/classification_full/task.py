@@ -18,6 +18,12 @@ METRICS = ("accuracy",)  # validation metrics, after the loss, in metrics.csv
 # always pass, and so do a few fractional grades such as 0.5 steps of a rating.
 CONTINUOUS_MIN_DISTINCT = 20
 CONTINUOUS_SHARE = 0.05
+# A target of whole numbers is refused as a quantity, not classes, when it has more than 20
+# distinct values and fewer than this many rows per value on average: a class met in two or
+# three rows (fewer still in the training split) cannot be learnt, and a count, a price or an
+# age read as hundreds of classes trains to an accuracy near 0 with no error. Class ids with
+# enough rows each (0..99 in 500 rows or more) always pass.
+MIN_ROWS_PER_CLASS = 5
 
 
 @dataclass
@@ -79,7 +85,18 @@ def _class_order(label: str) -> tuple:
 def check_discrete(classes: list[str], rows: int) -> None:
     """Refuse a numeric target that looks like a measurement rather than a set of classes."""
     values = [_number(label) for label in classes]
-    if any(value is None for value in values) or all(value.is_integer() for value in values):
+    if any(value is None for value in values):
+        return  # text labels are classes by their nature
+    if all(value.is_integer() for value in values):
+        limit = max(CONTINUOUS_MIN_DISTINCT, rows // MIN_ROWS_PER_CLASS)
+        if len(classes) > limit:
+            raise ValueError(
+                f"the target has {len(classes)} distinct whole numbers in {rows} rows "
+                f"({rows / len(classes):.1f} rows a class): too few to learn each as a class "
+                f"(at most {limit} classes, {MIN_ROWS_PER_CLASS} rows each on average); for a "
+                "quantity use a regression project (scaffold new NAME --task regression), "
+                "else give more rows or merge classes"
+            )
         return
     limit = max(CONTINUOUS_MIN_DISTINCT, round(CONTINUOUS_SHARE * rows))
     if len(classes) > limit:
@@ -125,9 +142,22 @@ class Task:
         index = {name: i for i, name in enumerate(classes)}
         return cls(classes), torch.tensor([index[label] for label in labels])
 
+    def describe(self) -> str:
+        """The target in a few words, for the run's data line."""
+        return f"target: {self.output_dim} classes"
+
     @classmethod
     def from_state(cls, state: dict) -> "Task":
-        return cls(list(state["classes"]))
+        """The task saved in a checkpoint; an edited one is refused (ValueError), not misread."""
+        classes = state.get("classes") if isinstance(state, dict) else None
+        if not (
+            isinstance(classes, list)
+            and len(classes) >= 2
+            and all(isinstance(name, str) for name in classes)
+            and len(set(classes)) == len(classes)
+        ):
+            raise ValueError("'classes' is not a list of two or more different class names")
+        return cls(list(classes))
 
     def state_dict(self) -> dict:
         return {"classes": self.classes}
@@ -160,6 +190,18 @@ class Task:
         for i, name in enumerate(self.classes):
             columns[f"p_{name}"] = probabilities[:, i].tolist()
         return columns
+
+    def serving(self) -> dict:
+        """The model's outputs and how predictions() reads them, as JSON values."""
+        return {
+            "name": "logits",
+            "shape": ["batch", len(self.classes)],
+            "classes": list(self.classes),
+            "predictions": (
+                "softmax over the logits gives p_<class> for each class, in the order of "
+                "'classes'; the most probable class is the prediction"
+            ),
+        }
 
     def memorised(self, metrics: dict[str, float]) -> bool:
         """A batch is learnt by heart when every sample in it is classified correctly."""

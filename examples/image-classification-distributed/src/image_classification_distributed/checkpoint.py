@@ -1,5 +1,7 @@
 """Checkpoints: plain dicts, written atomically, loaded without unpickling code."""
 
+import hashlib
+import math
 import os
 import re
 import secrets
@@ -21,6 +23,7 @@ TEMPORARY_NAME = re.compile(r"\.(?:.+\.pt|metrics\.csv)\.[a-z0-9_]{8}\.tmp")
 # torch writes zip archives: a file that starts like one but fails to load was cut short.
 ZIP_MAGIC = b"PK\x03\x04"
 TRAINING_RUN_HINT = "give a last.pt or best.pt written by this project's training"
+DIGEST_SLICE = 1 << 22  # elements hashed at a time by content_digest (16 MB of float32)
 
 
 class CheckpointError(ValueError):
@@ -64,6 +67,23 @@ def current_umask() -> int:
     mask = os.umask(0)  # reading it means setting it: put it straight back
     os.umask(mask)
     return mask
+
+
+def content_digest(*parts) -> str:
+    """A short hash of what a run trained on (tensors, arrays, texts), saved with its data's
+    statistics: a resume on data edited since (labels changed, rows swapped) differs here
+    even where no statistic does. Read a slice at a time: a table on disk is never copied."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            part = part.detach().cpu()
+            digest.update(f"{part.dtype} {tuple(part.shape)}\n".encode())
+            flat = part.reshape(-1)
+            for start in range(0, len(flat), DIGEST_SLICE):
+                digest.update(flat[start : start + DIGEST_SLICE].contiguous().numpy().tobytes())
+        else:
+            digest.update(f"{part!r}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:
@@ -158,11 +178,126 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(
             f"checkpoint {path} holds {kind}, not a checkpoint dict; {TRAINING_RUN_HINT}"
         )
+    check_entries(checkpoint, path)
     return checkpoint
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensors(value) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()
+    )
+
+
+def _string_keys(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(key, str) for key in value)
+
+
+def _rows(value) -> bool:
+    return isinstance(value, list) and all(_string_keys(row) for row in value)
+
+
+def _loss(value) -> bool:
+    # A number; never nan, which no epoch's loss can beat (inf: no best epoch yet).
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _shown(value) -> str:
+    """A value in a few characters: its kind for a container, else its repr, cut short."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor"
+    if isinstance(value, dict | list | tuple):
+        return f"a {type(value).__name__}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# What each entry of a training checkpoint must be, checked whenever one is loaded: a file that
+# was edited, or written by other code, is refused naming the entry before anything uses it.
+ENTRIES = {
+    "model": (_tensors, "a dict of tensors (a state_dict)"),
+    "ema": (_string_keys, "a dict"),
+    "optimizer": (_string_keys, "a dict (an optimizer's state_dict)"),
+    "scheduler": (_string_keys, "a dict (a scheduler's state_dict)"),
+    "warmup": (_string_keys, "a dict"),
+    "scaler": (_string_keys, "a dict"),
+    "epochs_without_improvement": (_count, "a whole number of epochs, 0 or more"),
+    "epoch": (_count, "a whole number of epochs, 0 or more"),
+    "global_step": (_count, "a whole number of steps, 0 or more"),
+    "best_epoch": (_count, "a whole number of epochs, 0 or more"),
+    "best_val_loss": (_loss, "a number that is not nan"),
+    "history": (_rows, "a list of one dict per epoch"),
+    "rng": (_string_keys, "a dict of random number generator states"),
+    "batch_rng": (
+        lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8,
+        "a uint8 tensor (a generator's state)",
+    ),
+    "rank_rng": (lambda v: isinstance(v, list) and all(map(_string_keys, v)), "a list of dicts"),
+    "config": (_string_keys, "a dict of settings"),
+    "data": (_string_keys, "a dict of what the run learnt from its data"),
+    "run_id": (lambda v: isinstance(v, str) and v != "", "a run id (text)"),
+    "project": (_string_keys, "a dict of the project's name and options"),
+    "template_version": (lambda v: isinstance(v, str), "a version (text)"),
+}
+# Entries a training checkpoint has when its project was generated with an option.
+OPTION_ENTRIES = {
+    "early_stopping": "epochs_without_improvement",
+    "ema": "ema",
+    "amp": "scaler",
+}
+
+
+def check_entries(checkpoint: dict, path: str | Path) -> None:
+    """Raise CheckpointError naming the first entry of `checkpoint` of the wrong type or value,
+    or one that its own project options say it must have but lacks."""
+    for key, (fits, what) in ENTRIES.items():
+        if key in checkpoint and not fits(checkpoint[key]):
+            raise CheckpointError(
+                f"checkpoint {path}: '{key}' is {_shown(checkpoint[key])}, not {what}; it was "
+                f"edited or written by other code; {TRAINING_RUN_HINT}"
+            )
+    epoch, best = checkpoint.get("epoch"), checkpoint.get("best_epoch")
+    if _count(epoch) and _count(best) and best > epoch:
+        raise CheckpointError(
+            f"checkpoint {path}: best_epoch {best} is after its epoch {epoch}; {TRAINING_RUN_HINT}"
+        )
+    history = checkpoint.get("history")
+    if _count(epoch) and _rows(history):
+        numbers = [row.get("epoch") for row in history]
+        if numbers != list(range(1, epoch + 1)):
+            raise CheckpointError(
+                f"checkpoint {path}: its history does not hold one row per epoch, 1 to {epoch}; "
+                f"it was edited or written by other code; {TRAINING_RUN_HINT}"
+            )
+    if _count(epoch) and _rows(history) and _count(best) and 0 < best <= epoch:
+        # The best epoch's validation loss is in its history row: an edited best loss (one no
+        # epoch reached, say) would make every later epoch look worse, or better, than it is.
+        recorded = history[best - 1].get("val_loss")
+        if "best_val_loss" in checkpoint and recorded != checkpoint["best_val_loss"]:
+            raise CheckpointError(
+                f"checkpoint {path}: best_val_loss {_shown(checkpoint['best_val_loss'])} is not "
+                f"the validation loss of its best_epoch {best} ({_shown(recorded)}); it was "
+                f"edited or written by other code; {TRAINING_RUN_HINT}"
+            )
+    if _count(best) and best > 0 and checkpoint.get("best_val_loss") == math.inf:
+        raise CheckpointError(
+            f"checkpoint {path}: best_val_loss is inf at best_epoch {best}, which no epoch can "
+            f"have; {TRAINING_RUN_HINT}"
+        )
+
+
 def require_keys(checkpoint: dict, keys, path: str | Path) -> None:
-    """Raise CheckpointError naming every key in `keys` that `checkpoint` lacks."""
+    """Raise CheckpointError naming every key in `keys` that `checkpoint` lacks; for a resume
+    (keys with "optimizer"), also those its own project options say it has."""
+    keys = list(keys)
+    project = checkpoint.get("project")
+    if "optimizer" in keys and isinstance(project, dict):
+        keys += [entry for option, entry in OPTION_ENTRIES.items() if project.get(option)]
+        if project.get("warmup") and project.get("scheduler") == "plateau":
+            keys.append("warmup")
     missing = [key for key in keys if key not in checkpoint]
     if not missing:
         return

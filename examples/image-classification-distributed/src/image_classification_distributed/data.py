@@ -9,8 +9,10 @@ from pathlib import Path
 import torch
 
 from .augment import channel_stats, crop_and_flip, normalize
+from .checkpoint import content_digest
 from .distributed import ONE_PROCESS, Context, shard_training, shard_validation
 from .images import (
+    BACKGROUND,
     DataError,
     decode_all,
     labelled_images,
@@ -104,6 +106,9 @@ class Data:
     train: Split
     val: Split
     task: Task
+    # A hash of every image (or streamed file's path) and label (checkpoint.content_digest),
+    # saved with checkpoints: a resume on images or class folders changed since is refused.
+    digest: str = ""
 
     # The training images' statistics, which every split normalises with; saved with
     # checkpoints for prediction.
@@ -128,6 +133,7 @@ class Data:
             "image_mean": self.mean,
             "image_std": self.std,
             "task": self.task.state_dict(),
+            "content_digest": self.digest,
         }
 
 
@@ -177,6 +183,7 @@ def load_data(cfg) -> Data:
         train=Split(images, labels, mean, std, cfg.crop_padding, cfg.flip),
         val=Split(val[0], val[1], mean, std),
         task=Task(classes),
+        digest=content_digest(images, labels, *val),
     )
 
 
@@ -210,6 +217,7 @@ def _streamed(cfg, folder, generator: torch.Generator) -> Data:
         train=Split(None, train.labels, mean, std, cfg.crop_padding, cfg.flip, train, cfg.workers),
         val=Split(None, val.labels, mean, std, files=val, workers=cfg.workers),
         task=Task(folder.classes),
+        digest=content_digest(train.paths, train.labels, val.paths, val.labels),
     )
 
 
@@ -221,8 +229,28 @@ class NewData:
     """
 
     def __init__(self, state: dict, cfg) -> None:
-        self.input_shape = tuple(state["image_shape"])  # (channels, size, size)
-        self.mean, self.std = state["image_mean"], state["image_std"]
+        # A checkpoint's entries are checked before use (ValueError): an edited one is refused.
+        shape, mean, std = state["image_shape"], state["image_mean"], state["image_std"]
+        if not (
+            isinstance(shape, list | tuple)
+            and len(shape) == 3
+            and all(type(n) is int for n in shape)
+            and shape[0] in (1, 3)
+            and shape[1] == shape[2] >= 1
+        ):
+            raise ValueError(f"'image_shape' is {shape!r}, not [channels, size, size]")
+        for name, values in (("image_mean", mean), ("image_std", std)):
+            if not (
+                isinstance(values, torch.Tensor)
+                and values.is_floating_point()
+                and values.numel() == shape[0]
+                and bool(values.isfinite().all())
+            ):
+                raise ValueError(f"'{name}' is not {shape[0]} finite numbers, one per channel")
+        if not bool((std > 0).all()):
+            raise ValueError("'image_std' has a value that is not above 0")
+        self.input_shape = tuple(shape)  # (channels, size, size)
+        self.mean, self.std = mean, std
         self.workers = cfg.workers
 
     def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
@@ -239,13 +267,49 @@ class NewData:
             except UnknownLabel as err:
                 raise DataError(f"{root / names[err.index]}: {err}") from None
         else:
-            paths = [root] if root.is_file() else unlabelled_images(root)
+            # One file (a pipe or a device is refused by decode_image, before it is opened).
+            single = root.exists() and not root.is_dir()
+            paths = [root] if single else unlabelled_images(root)
             targets = torch.arange(len(paths))  # each image's position (interface.py)
         channels, size, _ = self.input_shape
         threads = max(1, self.workers)
         decoded = decode_all(paths, [0] * len(paths), size, channels, False, threads)
-        ids = [path.name if root.is_file() else path.relative_to(root).as_posix() for path in paths]
+        ids = [path.relative_to(root).as_posix() if root.is_dir() else path.name for path in paths]
         return ids, Split(decoded["images"], targets, self.mean, self.std)
+
+    def serving(self) -> dict:
+        """read()'s decoding and Batches' normalisation as JSON values, for a serving system to
+        give the model the inputs validation gave it."""
+        channels, size, _ = self.input_shape
+        return {
+            "input": {
+                "name": "images",
+                "dtype": "float32",
+                "shape": ["batch", channels, size, size],  # (batch, channels, height, width)
+            },
+            "preprocessing": {
+                "channels": channels,
+                "mode": "L" if channels == 1 else "RGB",  # Pillow's: greyscale or colour
+                "image_size": size,
+                "decode": (
+                    "with Pillow: the EXIF rotation applied, 16-bit and floating-point greyscale "
+                    "scaled to 0..255, transparency laid over a background of 'background', "
+                    "then converted to 'mode'"
+                ),
+                "background": BACKGROUND,
+                "fit": (
+                    "the shorter side scaled to image_size (bilinear) and the centre cut out: "
+                    "PIL.ImageOps.fit(image, (image_size, image_size), BILINEAR)"
+                ),
+                "normalise": "(pixel / 255 - mean[channel]) / std[channel], pixels 0..255",
+                "mean": [float(value) for value in self.mean.tolist()],
+                "std": [float(value) for value in self.std.tolist()],
+            },
+        }
+
+    def example(self) -> torch.Tensor:
+        """Two grey images, as the model receives them."""
+        return torch.zeros(2, *self.input_shape)
 
 
 class Batches:

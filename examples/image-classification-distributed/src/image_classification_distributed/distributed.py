@@ -3,6 +3,10 @@
 import gc
 import os
 import random
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -66,7 +70,33 @@ def start(device: torch.device, timeout_s: float) -> tuple[Context, torch.device
             timeout=timedelta(seconds=timeout_s),
             device_id=device if device.type == "cuda" else None,
         )
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # set by torchrun for the processes it starts
+        watch_launcher(ctx)
     return ctx, device
+
+
+def watch_launcher(ctx: Context, every_s: float = 1.0) -> None:
+    """Stop this process when torchrun, its parent, is gone.
+
+    torchrun starts each rank in a session of its own, so killing torchrun's process group
+    (`kill -9 -PGID`, an OOM killer, a crashed agent) does not reach the ranks: they would
+    train on without a launcher, writing into --out while a new run may be started there. A
+    thread that sees the parent change raises SIGHUP in this process, which stops the run as
+    a closed terminal does (the kept epochs are saved, exit 129). Polling the parent costs
+    nothing measurable; Linux's PR_SET_PDEATHSIG would also fire when the agent's thread
+    that started the rank ends, which is not the agent's end.
+    """
+    launcher = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(every_s)
+        if ctx.is_main:
+            print(f"error: torchrun (pid {launcher}) is gone; stopping", file=sys.stderr)
+            sys.stderr.flush()
+        os.kill(os.getpid(), getattr(signal, "SIGHUP", signal.SIGTERM))
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
 def stop(ok: bool) -> None:

@@ -1,5 +1,6 @@
 """Image folders: find the files and classes, decode them with Pillow, and cache the result."""
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -108,6 +109,11 @@ def load_image_folder(
     cache_file = None
     if cache_dir is not None:
         cache_dir = Path(cache_dir).expanduser()
+        if cache_dir.exists() and not cache_dir.is_dir():
+            raise DataError(
+                f"cache_dir {cache_dir} is not a folder; set cache_dir to a folder for the "
+                'decoded images, or to "" for no cache'
+            )
         cache_file = _cache_file(cache_dir, root, paths, labels, image_size, channels)
     stored = _read_cache(cache_file, count, image_size, channels) if cache_file else None
     cached = stored is not None
@@ -157,6 +163,7 @@ def decode_image(path: str | Path, image_size: int, channels: int) -> np.ndarray
     The image is scaled so its shorter side is image_size and the centre is cut out, so
     nothing is stretched. Raises DataError naming the file when it cannot be decoded.
     """
+    _check_regular(path)  # Pillow would wait forever on a FIFO that a file was replaced with
     try:
         with Image.open(path) as img:
             # JPEGs can be decoded at 1/2, 1/4 or 1/8 scale directly, much faster for large
@@ -166,6 +173,8 @@ def decode_image(path: str | Path, image_size: int, channels: int) -> np.ndarray
             img = _to_mode(img, "L" if channels == 1 else "RGB")
             img = ImageOps.fit(img, (image_size, image_size), Image.Resampling.BILINEAR)
             array = np.array(img, dtype=np.uint8)  # a writable copy, as torch.from_numpy needs
+    except PermissionError as err:  # a file, not its content: say what the OS says
+        raise DataError(f"cannot read {path}: {err.strerror}") from None
     except Exception as err:  # noqa: BLE001
         # Broken files make Pillow raise many types (OSError, SyntaxError, struct.error,
         # DecompressionBombError, ...); each one means the same thing here: not usable.
@@ -293,19 +302,65 @@ def labelled_images(root: Path) -> tuple[list[Path], list[str]]:
 
 
 def _images_in(folder: Path) -> tuple[list[Path], list[Path]]:
-    """Image files anywhere below folder (sorted), and the other files found there."""
+    """Image files anywhere below folder (sorted), and the other files found there.
+
+    Nested folders count as part of the class, as in torchvision's ImageFolder (links to
+    folders are not followed, as os.walk does not). An image name that is not a regular file (a
+    FIFO, a device, a socket, a broken link) is refused here without being opened: Pillow would
+    block on a FIFO forever. The directory entries say what each one is, with no extra call.
+    """
     images, other = [], []
-    # Nested folders count as part of the class, as in torchvision's ImageFolder.
-    for dirpath, dirnames, filenames in os.walk(folder, onerror=_raise_walk_error):
-        dirnames[:] = sorted(d for d in dirnames if _visible(d))
-        for name in sorted(filenames):
-            if _visible(name):
-                (images if _is_image(name) else other).append(Path(dirpath) / name)
+    pending = [folder]
+    while pending:
+        here = pending.pop()
+        try:
+            with os.scandir(here) as found:
+                entries = sorted((e for e in found if _visible(e.name)), key=lambda e: e.name)
+            folders = [e for e in entries if e.is_dir() and not e.is_symlink()]
+            files = [e for e in entries if not e.is_dir()]
+            for entry in files:
+                if not _is_image(entry.name):
+                    other.append(Path(entry.path))
+                elif entry.is_file():
+                    images.append(Path(entry.path))
+                else:
+                    raise DataError(
+                        f"{entry.path} is not a regular file ({_kind(entry.path)}); "
+                        "remove it or put the image itself there"
+                    )
+        except OSError as err:
+            raise DataError(f"cannot read {err.filename or here}: {err.strerror}") from None
+        # Depth first, files before sub-folders, each in name order: os.walk's order.
+        pending += [Path(e.path) for e in reversed(folders)]
     return images, other
 
 
-def _raise_walk_error(err: OSError) -> None:
-    raise DataError(f"cannot read {err.filename}: {err.strerror}")
+def _kind(path: str | Path) -> str:
+    """What a path that is not a regular file is, for a one-line error."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a broken link"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "a device"
+
+
+def _check_regular(path: str | Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise DataError(f"cannot read {path}: {err.strerror}") from None
+    except ValueError:  # a NUL character in the path
+        raise DataError(f"cannot read {str(path)!r}: not a valid path") from None
+    if not stat.S_ISREG(mode):
+        raise DataError(
+            f"{path} is not a regular file ({_kind(path)}); remove it or put the image there"
+        )
 
 
 def _is_image(name: str) -> bool:
@@ -396,6 +451,8 @@ def decode_all(
 
 def _read_cache(cache_file: Path, count: int, size: int, channels: int) -> dict | None:
     try:
+        if not stat.S_ISREG(os.stat(cache_file).st_mode):  # torch.load would wait on a FIFO
+            raise ValueError("not a regular file")
         stored = torch.load(cache_file, weights_only=True)
     except FileNotFoundError:
         return None
@@ -429,7 +486,8 @@ def _write_cache(cache_file: Path, stored: dict) -> None:
         os.replace(tmp, cache_file)
     except OSError as err:  # a read-only or full disk costs the next run a decode, nothing more
         warnings.warn(f"could not write the image cache {cache_file}: {err}", stacklevel=3)
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # e.g. a file where a folder of the path should be
+            tmp.unlink(missing_ok=True)
         return
     _remove_stale(cache_file)
 

@@ -30,7 +30,16 @@ class Task:
 
     @classmethod
     def from_state(cls, state: dict) -> "Task":
-        return cls(list(state["classes"]))
+        """The task saved in a checkpoint; an edited one is refused (ValueError), not misread."""
+        classes = state.get("classes") if isinstance(state, dict) else None
+        if not (
+            isinstance(classes, list)
+            and len(classes) >= 2
+            and all(isinstance(name, str) for name in classes)
+            and len(set(classes)) == len(classes)
+        ):
+            raise ValueError("'classes' is not a list of two or more different class names")
+        return cls(list(classes))
 
     def state_dict(self) -> dict:
         return {"classes": self.classes}
@@ -63,6 +72,18 @@ class Task:
         for i, name in enumerate(self.classes):
             columns[f"p_{name}"] = probabilities[:, i].tolist()
         return columns
+
+    def serving(self) -> dict:
+        """The model's outputs and how predictions() reads them, as JSON values."""
+        return {
+            "name": "logits",
+            "shape": ["batch", len(self.classes)],
+            "classes": list(self.classes),
+            "predictions": (
+                "softmax over the logits gives p_<class> for each class, in the order of "
+                "'classes'; the most probable class is the prediction"
+            ),
+        }
 
     def memorised(self, metrics: dict[str, float]) -> bool:
         """A batch is learnt by heart when every image in it is classified correctly."""

@@ -196,7 +196,18 @@ def load_summary_writer():
             'tensorboard = true needs the tensorboard package: pip install -e ".[tensorboard]" '
             "(or set tensorboard=false)"
         ) from None
-    return SummaryWriter
+
+    def open_writer(folder: str, **options):
+        try:
+            return SummaryWriter(folder, **options)
+        except OSError as err:  # e.g. a file where its folder goes: before anything trains
+            reason = "it is a file" if Path(folder).is_file() else err.strerror
+            raise ConfigError(
+                f"cannot write TensorBoard's events to {folder}: {reason}; move what is there "
+                "away, or set tensorboard=false"
+            ) from None
+
+    return open_writer
 
 
 def log_epoch(writer, row: dict) -> None:
@@ -492,7 +503,15 @@ def check_same_data(checkpoint: dict, data, path: Path) -> None:
             return a.shape == b.shape and torch.equal(a, b)
         return type(a) is type(b) and a == b
 
-    differ = [key for key, value in data.state_dict().items() if not equal(saved.get(key), value)]
+    current = data.state_dict()
+    if "content_digest" not in saved:  # written before checkpoints held a digest of the data
+        current.pop("content_digest", None)
+        print(
+            f"warning: {path} holds no digest of its data (an older project wrote it): only the "
+            "data's shape and statistics are compared, not every value and label",
+            file=sys.stderr,
+        )
+    differ = [key for key, value in current.items() if not equal(saved.get(key), value)]
     if differ:
         raise CheckpointError(
             f"checkpoint {path} was trained on other data ({', '.join(differ)} differ); "
@@ -527,7 +546,9 @@ def apply_resume_settings(
             f"; cosine schedule rebuilt for {cfg.epochs} epochs: epoch {epoch + 1} trains at "
             f"lr {optimizer.param_groups[0]['lr']:.2e}, falling to {cfg.min_lr:.2e}"
         )
-    what = ", ".join(f"{key} {saved.get(key)} -> {getattr(cfg, key)}" for key in changed)
+    # What is shown (a progress bar, TensorBoard files) is no change to the run: not reported.
+    told = [key for key in changed if key not in ("progress", "tensorboard")]
+    what = ", ".join(f"{key} {saved.get(key)} -> {getattr(cfg, key)}" for key in told)
     return f"resuming after epoch {epoch}" + (f" with {what}" if what else "") + note
 
 

@@ -20,7 +20,8 @@ import torch
 from pyarrow import csv as arrow_csv
 from pyarrow import parquet
 
-from .encoding import Columns, Encoding
+from .checkpoint import content_digest
+from .encoding import MISSING, UNKNOWN, Columns, Encoding
 from .interface import UnknownLabel
 from .storage import Rows, Storage
 from .task import TARGET_TYPE, Task, bulk_targets, empty_targets, make_synthetic, parse_target
@@ -76,6 +77,30 @@ class DataSettings:
                 "n_samples x n_features must be at most 1000000000 (4 GB of synthetic data)",
             ),
             (str(self.target).strip() != "", "target must name a CSV column"),
+            *self._column_checks(),
+        ]
+
+    def _column_checks(self) -> list[tuple[bool, str]]:
+        """The target is what a run predicts: never a feature read as categories, nor left out
+        (either would be ignored); and a column is read as categories or left out, not both."""
+        target = str(self.target).strip()
+        categorical, drop = column_names(str(self.categorical)), column_names(str(self.drop))
+        both = [name for name in categorical if name in drop]
+        return [
+            (
+                target not in categorical,
+                f"categorical names the target column '{target}'; name feature columns only",
+            ),
+            (
+                target not in drop,
+                f"drop names the target column '{target}'; to predict another column, set "
+                "target to it",
+            ),
+            (
+                not both,
+                f"categorical and drop both name '{both[0] if both else ''}'; a column is read "
+                "as categories or left out, not both",
+            ),
         ]
 
 
@@ -100,6 +125,9 @@ class Data:
     val: Split
     task: Task
     encoding: Encoding  # training statistics and categories, saved with checkpoints
+    # A hash of every input and target (checkpoint.content_digest), saved with checkpoints: a
+    # resume on a file edited since is refused although its statistics may be the same.
+    digest: str = ""
 
     @property
     def feature_names(self) -> list[str]:
@@ -116,6 +144,7 @@ class Data:
             "feature_std": self.encoding.std,
             "encoding": self.encoding.state_dict(),
             "task": self.task.state_dict(),
+            "content_digest": self.digest,
         }
 
 
@@ -602,21 +631,29 @@ def _number(cell: str, place: str, name: str, wanted: Wanted, column: int) -> fl
     try:
         value = float(cell)
     except ValueError:
-        if wanted.infer and cell.strip():
+        if wanted.infer and cell.strip() not in MISSING_CELLS:
             raise _TextIn(column) from None
-        problem = "is empty" if not cell.strip() else f"is not a number: {cell!r}"
-        fix = "every feature needs a number"
-        if not cell.strip():
-            fix += ', or set missing = "impute" to fill it in'
-        raise DataError(f"{place}: column '{name}' {problem}; {fix}") from None
+        raise _missing_or_text(cell, place, name) from None
     if wanted.missing and math.isnan(value):
         return value
+    if cell.strip() in MISSING_CELLS:  # "nan", "NaN": a missing cell, where it is refused
+        raise _missing_or_text(cell, place, name)
     if not -FLOAT32_MAX <= value <= FLOAT32_MAX:  # also false for nan
         raise DataError(
             f"{place}: column '{name}' is {cell!r}, not a finite float32 number (at most "
             "3.4e38); fix or drop the row"
         )
     return value
+
+
+def _missing_or_text(cell: str, place: str, name: str) -> DataError:
+    value = cell.strip()
+    if value in MISSING_CELLS:
+        problem = "is empty" if not value else f"is missing ({value!r})"
+        fix = 'every feature needs a number, or set missing = "impute" to fill it in'
+    else:
+        problem, fix = f"is not a number: {cell!r}", "every feature needs a number"
+    return DataError(f"{place}: column '{name}' {problem}; {fix}")
 
 
 def _read_rows(reader, path: str | Path, header: list[str], wanted: Wanted) -> Table:
@@ -626,6 +663,11 @@ def _read_rows(reader, path: str | Path, header: list[str], wanted: Wanted) -> T
     targets = empty_targets()
     lines = array("q")
     t = wanted.target
+    # Where missing cells are refused, a missing cell of a column read so far as numbers is
+    # refused only once the whole column is read: a text cell further down makes the column
+    # categorical, where a missing cell is a category of its own. The first one, by column.
+    refused: dict[int, tuple[str, str]] = {}
+    defer = wanted.infer and not wanted.missing
     while True:
         first_line, row = _next_row(reader, path)
         if row is None:
@@ -636,6 +678,10 @@ def _read_rows(reader, path: str | Path, header: list[str], wanted: Wanted) -> T
             raise DataError(f"{path}:{first_line}: {len(row)} fields, the header has {len(header)}")
         for i in wanted.numeric:
             place = f"{path}:{first_line}:{i + 1}"
+            if defer and row[i].strip() in MISSING_CELLS:
+                refused.setdefault(i, (row[i], place))
+                features.append(math.nan)
+                continue
             features.append(_number(row[i], place, header[i], wanted, i))
         for i, column in zip(wanted.categorical, categories, strict=True):
             features.append(column.number(row[i]))
@@ -648,6 +694,9 @@ def _read_rows(reader, path: str | Path, header: list[str], wanted: Wanted) -> T
             raise DataError(f"{path}:{first_line}:{t + 1}: target '{header[t]}' {err}") from None
     if not lines:
         raise DataError(f"{path}: needs a header row and at least one data row")
+    if refused:  # the earliest line's, as a reading that stopped there would have named
+        i, (cell, place) = min(refused.items(), key=lambda item: int(item[1][1].split(":")[-2]))
+        raise _missing_or_text(cell, place, header[i])
     width = len(wanted.numeric) + len(wanted.categorical)
     matrix = torch.frombuffer(features, dtype=torch.float32).view(len(lines), width)
     values = [column.values for column in categories]
@@ -766,7 +815,12 @@ def _checked(
             'or set missing = "impute" to fill it in'
         )
     values = column.to_numpy()
-    fits = np.abs(values) <= FLOAT32_MAX  # also false for nan
+    # Finite, then within float32's range. A float16 or float32 column holds nothing finite
+    # beyond it, and numpy would compare float16 with FLOAT32_MAX in float16, where the bound
+    # itself is inf (so a bound check alone lets inf through).
+    fits = np.isfinite(values)
+    if values.dtype.kind != "f" or values.dtype.itemsize > 4:
+        fits &= np.abs(values) <= FLOAT32_MAX
     if missing:
         fits |= np.isnan(values)
     if not fits.all():
@@ -834,7 +888,10 @@ def load_data(cfg) -> Data:
         features = encoding.apply(columns, storage.matrix)  # in place, unless columns are added
         del columns  # a matrix apply replaced goes before the splits are copied from the new one
         if cfg.data:  # what the run made of the file, and where the table is kept
-            print(f"data: {n} rows of {cfg.data}; {encoding.describe()}", flush=True)
+            print(
+                f"data: {n} rows of {cfg.data}; {encoding.describe()}; {task.describe()}",
+                flush=True,
+            )
             print(f"data: {storage.describe()}", flush=True)
         if storage.on_disk:  # the splits read their rows of the mapped table batch by batch
             train, val = Rows(features, train_index), Rows(features, val_index)
@@ -845,6 +902,7 @@ def load_data(cfg) -> Data:
             val=Split(val, targets[val_index]),
             task=task,
             encoding=encoding,
+            digest=content_digest(features, targets),
         )
     except RuntimeError as err:
         if "allocate" not in str(err):  # torch's words for a failed CPU or GPU allocation
@@ -907,6 +965,49 @@ class NewData:
                 "to standardise in float32; check the row"
             )
         return [str(row) for row in range(1, rows + 1)], Split(features, targets)
+
+    def serving(self) -> dict:
+        """read()'s encoding as JSON values: a serving system that applies them to a row's
+        cells (found by column name) gets the input row the model was trained on."""
+        encoding = self.encoding
+        width = len(encoding.numeric) + len(encoding.flagged) + len(encoding.categories)
+        return {
+            "input": {"name": "features", "dtype": "float32", "shape": ["batch", width]},
+            "preprocessing": {
+                "columns": encoding.names,  # the feature columns a file must have, by name
+                "layout": (
+                    "each numeric column, in the order of 'numeric', as (value - mean) / std; "
+                    "then 1.0 or 0.0 per 'missing_indicators' column (1.0: its cell was "
+                    "missing); then each categorical column, in the order of 'categorical', "
+                    "as its category number (a float): 2 + the value's place in 'values', "
+                    "'unknown_code' for a value not there, 'missing_code' for a missing cell"
+                ),
+                "numeric": [
+                    {"name": name, "mean": float(mean), "std": float(std)}
+                    for name, mean, std in zip(
+                        encoding.numeric, encoding.mean.tolist(), encoding.std.tolist(), strict=True
+                    )
+                ],
+                "missing_indicators": list(encoding.flagged),
+                "categorical": [
+                    {"name": name, "values": list(values)}
+                    for name, values in encoding.categories.items()
+                ],
+                "unknown_code": UNKNOWN,
+                "missing_code": MISSING,
+                # Cells are stripped of spaces first; a numeric cell is then a float.
+                "missing_cells": list(MISSING_CELLS),
+                "missing_numeric": (
+                    "the training mean (0.0 once standardised)" if encoding.impute else "refused"
+                ),
+            },
+        }
+
+    def example(self) -> torch.Tensor:
+        """Two rows of zeros: the mean of each numeric column, the unknown category."""
+        encoding = self.encoding
+        width = len(encoding.numeric) + len(encoding.flagged) + len(encoding.categories)
+        return torch.zeros(2, width)
 
 
 class Batches:

@@ -39,6 +39,10 @@ class Task(Protocol):
     def predictions(self, outputs: torch.Tensor) -> dict[str, list]:
         """Columns of a predictions file from a batch of outputs: one value per sample each."""
 
+    def serving(self) -> dict:
+        """How predictions() reads the model's outputs, as JSON values (export.py writes them
+        beside an exported model): the output's name and shape, class names or target scale."""
+
 
 class UnknownLabel(ValueError):
     """A label of new data that the trained model has no output for; index: its position."""
@@ -78,6 +82,15 @@ class NewData(Protocol):
         column is ignored and the split's targets are the samples' positions 0..n-1, so that
         predictions find their sample whatever order the batches take.
         """
+
+    def serving(self) -> dict:
+        """What read() does to a file before the forward pass, as JSON values (export.py writes
+        them beside an exported model, for a serving system to do the same): "input", the
+        model's input (name, dtype, shape: a str names a dimension that may vary, "max" its
+        largest size), and "preprocessing", with the training statistics, names or vocabulary."""
+
+    def example(self) -> torch.Tensor:
+        """A batch of two valid inputs of the model's shape and dtype, to trace it for export."""
 
 
 class Batches(Protocol):

@@ -93,9 +93,19 @@ class Task:
         std = std if std > 0 else 1.0
         return cls(mean, std), ((target - mean) / std).float()
 
+    def describe(self) -> str:
+        """The target in a few words, for the run's data line."""
+        return f"target: numbers, training mean {self.target_mean:.4g}, std {self.target_std:.4g}"
+
     @classmethod
     def from_state(cls, state: dict) -> "Task":
-        return cls(state["target_mean"], state["target_std"])
+        """The task saved in a checkpoint; an edited one is refused (ValueError), not misread."""
+        mean = state.get("target_mean") if isinstance(state, dict) else None
+        std = state.get("target_std") if isinstance(state, dict) else None
+        numbers = [value for value in (mean, std) if type(value) in (int, float)]
+        if len(numbers) != 2 or not all(map(math.isfinite, numbers)) or not std > 0:
+            raise ValueError("'target_mean' and 'target_std' are not finite numbers (std above 0)")
+        return cls(mean, std)
 
     def state_dict(self) -> dict:
         return {"target_mean": self.target_mean, "target_std": self.target_std}
@@ -125,6 +135,19 @@ class Task:
         # In float64: the target's own scale may need more digits than float32 keeps.
         values = outputs.squeeze(-1).double().cpu() * self.target_std + self.target_mean
         return {"prediction": values.tolist()}
+
+    def serving(self) -> dict:
+        """The model's output and how predictions() reads it, as JSON values."""
+        return {
+            "name": "standardised",
+            "shape": ["batch", 1],
+            "target_mean": float(self.target_mean),
+            "target_std": float(self.target_std),
+            "predictions": (
+                "the prediction, in the target's own units, is output * target_std + target_mean "
+                "(in float64)"
+            ),
+        }
 
     def memorised(self, metrics: dict[str, float]) -> bool:
         """A low loss is all a regression batch can show; the overfit check has tested it."""

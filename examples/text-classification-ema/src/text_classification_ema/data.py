@@ -10,10 +10,11 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint import content_digest
 from .interface import UnknownLabel
 from .synthetic import CLASSES, make_documents
 from .task import Task, class_order, parse_label
-from .tokens import PAD, Vocabulary
+from .tokens import PAD, TOKEN, UNK, Vocabulary
 
 __all__ = [
     "DATA_FLAGS",
@@ -103,6 +104,9 @@ class Data:
     task: Task
     vocabulary: Vocabulary  # built from the training documents; saved with checkpoints
     max_length: int
+    # A hash of every document's ids and label (checkpoint.content_digest), saved with
+    # checkpoints: a resume on documents or labels edited since is refused.
+    digest: str = ""
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -115,6 +119,7 @@ class Data:
             "vocabulary": self.vocabulary.state_dict(),
             "max_length": self.max_length,
             "task": self.task.state_dict(),
+            "content_digest": self.digest,
         }
 
 
@@ -151,14 +156,25 @@ def load_data(cfg) -> Data:
     # The vocabulary sees the training documents only: validation words stay unknown to it.
     vocabulary = Vocabulary.build(texts, cfg.vocab_size, cfg.min_freq)
     encode = vocabulary.encode
+    if cfg.data:  # what the run made of its documents, as the other tasks say of their data
+        print(
+            f"data: {len(texts) + len(val[0])} documents of {cfg.data} "
+            f"({len(texts)} training, {len(val[0])} validation); {len(task.classes)} classes; "
+            f"vocabulary of {len(vocabulary)} words (the training documents' words seen "
+            f"{cfg.min_freq}+ times, at most {cfg.vocab_size}, with <pad> and <unk>)",
+            flush=True,
+        )
+    train = Split.from_ids(
+        [encode(text, cfg.max_length) for text in texts], targets, cfg.bucket_batches
+    )
+    val = Split.from_ids([encode(text, cfg.max_length) for text in val[0]], val[1])
     return Data(
-        train=Split.from_ids(
-            [encode(text, cfg.max_length) for text in texts], targets, cfg.bucket_batches
-        ),
-        val=Split.from_ids([encode(text, cfg.max_length) for text in val[0]], val[1]),
+        train=train,
+        val=val,
         task=task,
         vocabulary=vocabulary,
         max_length=cfg.max_length,
+        digest=content_digest(*(t for s in (train, val) for t in (s.tokens, s.lengths, s.targets))),
     )
 
 
@@ -331,8 +347,16 @@ class NewData:
     """
 
     def __init__(self, state: dict, cfg) -> None:
-        self.vocabulary = Vocabulary(state["vocabulary"]["words"])
-        self.max_length = state["max_length"]
+        # A checkpoint's entries are checked before use (ValueError): an edited one is refused.
+        saved = state["vocabulary"]
+        words = saved.get("words") if isinstance(saved, dict) else None
+        if not (isinstance(words, list) and len(words) >= 2 and all(type(w) is str for w in words)):
+            raise ValueError("'vocabulary' is not a dict with a list of its words")
+        max_length = state["max_length"]
+        if not (type(max_length) is int and max_length >= 1):
+            raise ValueError(f"'max_length' is {max_length!r}, not a whole number above 0")
+        self.vocabulary = Vocabulary(words)
+        self.max_length = max_length
         self.input_shape = (self.max_length, len(self.vocabulary))
         self.text_column, self.target = cfg.text_column, cfg.target
 
@@ -366,6 +390,34 @@ class NewData:
                 raise DataError(f"{root}: document {ids[err.index]}: {err}") from None
         encode = self.vocabulary.encode
         return ids, Split.from_ids([encode(text, self.max_length) for text in texts], targets)
+
+    def serving(self) -> dict:
+        """read()'s encoding and Batches' padding as JSON values, for a serving system to give
+        the model the ids validation gave it."""
+        # A batch's length is its longest document's, at most max_length tokens.
+        length = "length" if self.max_length > 1 else 1
+        return {
+            "input": {
+                "name": "ids",
+                "dtype": "int64",
+                "shape": ["batch", length],
+                "max": {"length": self.max_length},
+            },
+            "preprocessing": {
+                "decode": "UTF-8 (a byte-order mark is dropped)",
+                "lowercase": True,  # Python's str.lower(), before tokenizing
+                "token_pattern": TOKEN.pattern,  # Python re.findall: the tokens, in order
+                "vocabulary": list(self.vocabulary.words),  # a token's id is its place here
+                "unknown_id": UNK,  # a token the vocabulary lacks
+                "pad_id": PAD,  # fills a batch's shorter documents at the end; masked out
+                "max_length": self.max_length,  # tokens after the first max_length are cut
+                "empty_document": [UNK],  # the ids of a document without tokens
+            },
+        }
+
+    def example(self) -> torch.Tensor:
+        """Two documents of unknown words, as long as a batch may vary from (up to 2 ids)."""
+        return torch.full((2, min(2, self.max_length)), UNK, dtype=torch.int64)
 
 
 def _text_files(root: Path, required: bool = True) -> list[Path]:

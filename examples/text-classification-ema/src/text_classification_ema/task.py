@@ -14,6 +14,11 @@ METRICS = ("accuracy",)  # validation metrics, after the loss, in metrics.csv
 # distinct values than this many, or than this share of the rows (a score, not a class).
 CONTINUOUS_MIN_DISTINCT = 20
 CONTINUOUS_SHARE = 0.05
+# Whole-number labels are refused as a score, not classes, when there are more than 20 of them
+# and fewer than this many documents per label on average: a class met in two or three
+# documents cannot be learnt, and a star count or a rating scale read as hundreds of classes
+# trains to an accuracy near 0 with no error.
+MIN_ROWS_PER_CLASS = 5
 
 
 @dataclass
@@ -56,7 +61,17 @@ def class_order(label: str) -> tuple:
 def check_discrete(classes: list[str], rows: int) -> None:
     """Refuse a numeric label column that looks like a measurement rather than classes."""
     values = [_number(label) for label in classes]
-    if any(value is None for value in values) or all(value.is_integer() for value in values):
+    if any(value is None for value in values):
+        return  # words are classes by their nature
+    if all(value.is_integer() for value in values):
+        limit = max(CONTINUOUS_MIN_DISTINCT, rows // MIN_ROWS_PER_CLASS)
+        if len(classes) > limit:
+            raise ValueError(
+                f"the labels have {len(classes)} distinct whole numbers in {rows} rows "
+                f"({rows / len(classes):.1f} rows a class): too few to learn each as a class "
+                f"(at most {limit} classes, {MIN_ROWS_PER_CLASS} rows each on average); give "
+                "more documents or merge labels into classes"
+            )
         return
     limit = max(CONTINUOUS_MIN_DISTINCT, round(CONTINUOUS_SHARE * rows))
     if len(classes) > limit:
@@ -91,7 +106,16 @@ class Task:
 
     @classmethod
     def from_state(cls, state: dict) -> "Task":
-        return cls(list(state["classes"]))
+        """The task saved in a checkpoint; an edited one is refused (ValueError), not misread."""
+        classes = state.get("classes") if isinstance(state, dict) else None
+        if not (
+            isinstance(classes, list)
+            and len(classes) >= 2
+            and all(isinstance(name, str) for name in classes)
+            and len(set(classes)) == len(classes)
+        ):
+            raise ValueError("'classes' is not a list of two or more different class names")
+        return cls(list(classes))
 
     def state_dict(self) -> dict:
         return {"classes": self.classes}
@@ -124,6 +148,18 @@ class Task:
         for i, name in enumerate(self.classes):
             columns[f"p_{name}"] = probabilities[:, i].tolist()
         return columns
+
+    def serving(self) -> dict:
+        """The model's outputs and how predictions() reads them, as JSON values."""
+        return {
+            "name": "logits",
+            "shape": ["batch", len(self.classes)],
+            "classes": list(self.classes),
+            "predictions": (
+                "softmax over the logits gives p_<class> for each class, in the order of "
+                "'classes'; the most probable class is the prediction"
+            ),
+        }
 
     def memorised(self, metrics: dict[str, float]) -> bool:
         """A batch is learnt by heart when every document in it is classified correctly."""

@@ -395,9 +395,14 @@ def test_E3_a_resumed_run_restores_the_average_and_ends_as_an_unbroken_run(tmp_p
     with pytest.raises(KeyboardInterrupt):
         train.fit(dataclasses.replace(cfg, out=str(out)))
     monkeypatch.undo()
-    resumed = train.fit(
-        dataclasses.replace(cfg, out=str(out)), load_checkpoint(out / "last.pt"), out / "last.pt"
+    checkpoint = load_checkpoint(out / "last.pt")
+    # Without it the resume is refused (the project's options say the checkpoint must hold
+    # it): named here, so that the missing state is reported as the rule it breaks.
+    assert "ema" in checkpoint, (
+        "E3: the checkpoint holds no EMA state: save the average's weights and update count "
+        "in each checkpoint and restore them on resume"
     )
+    resumed = train.fit(dataclasses.replace(cfg, out=str(out)), checkpoint, out / "last.pt")
     for name, tensor in full["model"].state_dict().items():
         assert torch.equal(resumed["model"].state_dict()[name], tensor), (
             f"E3: resumed after epoch 1, the run ends with another average ({name}) than an "

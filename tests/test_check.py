@@ -1423,6 +1423,107 @@ UNSEEN_BUGS = [
         "SCF1001",
         "for _ in range(self.max_len):",
     ),
+    # 2026-12-04, second set: the causes found on 13 more repositories, and the miss of a
+    # top-level step loop that validates
+    (
+        "flag_skipped_backward",
+        "clipping after the step",
+        "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
+        "    optimizer.step()\n",
+        "    optimizer.step()\n"
+        "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n",
+        "SCF401",
+        "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)",
+    ),
+    (
+        "flag_skipped_backward",
+        "clipping before the backward it should follow, in the micro-step loop",
+        "        if not args.inference_only:\n",
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
+        "        if not args.inference_only:\n",
+        "SCF401",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)",
+    ),
+    (
+        "flag_skipped_backward",
+        "zero_grad removed",
+        "    optimizer.zero_grad(set_to_none=True)\n",
+        "",
+        "SCF202",
+        "optimizer.step()",
+    ),
+    (
+        "iteration_counted",
+        "a StepLR whose length names epochs, stepped every batch",
+        "step_size=opts.step_size",
+        "step_size=opts.lr_decay_epochs",
+        "SCF701",
+        "scheduler.step()",
+    ),
+    (
+        "iteration_counted",
+        "the run ends on a count of epochs, the StepLR still stepped every batch",
+        "            if cur_itrs >= opts.total_itrs:\n",
+        "            if cur_epochs >= opts.epochs:\n",
+        "SCF701",
+        "scheduler.step()",
+    ),
+    (
+        "frozen_generator",
+        "the generator built trainable, its averaged copy sampled with autograd on",
+        "G = Generator().train().requires_grad_(False).to(device)",
+        "G = Generator().train().to(device)",
+        "SCF1001",
+        "images = torch.cat([G_ema(z).cpu() for z in grid_z])",
+    ),
+    (
+        "frozen_generator",
+        "the averaged copy unfrozen",
+        "    G_ema = copy.deepcopy(G).eval()\n",
+        "    G_ema = copy.deepcopy(G).eval()\n    G_ema.requires_grad_(True)\n",
+        "SCF1001",
+        "images = torch.cat([G_ema(z).cpu() for z in grid_z])",
+    ),
+    (
+        "frozen_generator",
+        "the metric's sampler frozen only under a flag",
+        "    sampler.eval().requires_grad_(False).to(device)\n    if jit:\n",
+        "    sampler.eval().to(device)\n    if jit:\n        sampler.requires_grad_(False)\n",
+        "SCF1001",
+        "for _ in range(0, num_samples, batch_size):",
+    ),
+    (
+        "step_loop_validation",
+        "model.train() dropped after validating in the step loop",
+        "        model.train()\n",
+        "",
+        "SCF901",
+        "model.eval()",
+    ),
+    (
+        "ddp_wrapper_mode",
+        "model.train() dropped after validating through the wrapper in the step loop",
+        "    model.train()\n",
+        "",
+        "SCF901",
+        "model.eval()",
+    ),
+    (
+        "probe_steps",
+        "the validation helper no longer puts the trained head back in training mode",
+        "    head.train()\n",
+        "",
+        "SCF901",
+        "head.eval()",
+    ),
+    (
+        "probe_steps",
+        "the model moved back after validating, not put back in training mode",
+        "            model.to(device).train()\n",
+        "            model.to(device)\n",
+        "SCF901",
+        "model.cpu().eval()",
+    ),
 ]
 
 

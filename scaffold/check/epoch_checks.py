@@ -251,6 +251,7 @@ def eval_mode_left_on(module: Module):
     """R9: model.eval() in the epoch loop, still on at the next training pass."""
     for loop, paths in module.loops_paths.items():
         if module.unit(loop) is not None:
+            yield from _eval_left_in_step_loop(module, loop, paths)
             continue
         paths = [p.events for p in paths]
         if not any(e.kind == PASS for events in paths for e in events):
@@ -270,6 +271,99 @@ def eval_mode_left_on(module: Module):
                         for key, evaluated in mode.items():
                             if evaluated and _trained_by(key, event):
                                 yield evaluated.node, "SCF901"
+
+
+def _eval_left_in_step_loop(module: Module, loop, paths):
+    """R9 in a loop that is itself the training step (a script's `for step in range(n):` that
+    validates every k-th step, then trains): an eval() on the validating path, still on at the
+    backward() of that step or of the next ones. Reported when the mode the step trains in
+    depends on whether validation ran before it; a mode set on every path (a frozen backbone
+    put in eval at the top of each step) is chosen, and a module the step runs only under
+    no_grad is not trained by it."""
+    if not any(e.kind == EVAL_MODE and _mode_event_key(e) for p in paths for e in p.events):
+        return
+    trained = _step_trained_keys(module, loop)
+    if not trained:
+        return
+    start = dict.fromkeys(_eval_keys(module, loop, module.enclosing_function(loop)), "start")
+    seen: dict = {}  # (backward, key) -> the modes found there: the eval() call, "start", None
+    for first in paths:
+        # a path that breaks out of the loop or returns has no next step
+        nexts = [None] + ([] if first.done in ("break", "return") else [p.events for p in paths])
+        for second in nexts:
+            mode = dict(start)
+            for event in first.events + (second or []):
+                if event.kind in (EVAL_MODE, TRAIN_MODE):
+                    key = _mode_event_key(event)
+                    for same in _same_module(module, key) if key else ():
+                        mode[same] = event.node if event.kind == EVAL_MODE else None
+                elif event.kind == BACKWARD:
+                    for key in trained:
+                        seen.setdefault((event.node, key), set()).add(mode.get(key))
+    reported = set()
+    for modes in seen.values():
+        evals = modes - {None, "start"}
+        if evals and None in modes:
+            for node in sorted(evals - reported, key=lambda n: (n.lineno, n.col_offset)):
+                reported.add(node)
+                yield node, "SCF901"
+
+
+def _mode_event_key(event) -> str | None:
+    """The module a mode call sets: `model` for model.eval(), and for a chain of moves and
+    modes, `model.cpu().eval()`, `model.to(device).train()`."""
+    if event.key:
+        return event.key
+    func = getattr(event.node, "func", None)
+    return _chain_root(func.value) if isinstance(func, ast.Attribute) else None
+
+
+def _step_trained_keys(module: Module, loop) -> set:
+    """The names a step loop runs outside no_grad and outside the loops in it that run no
+    backward() (its validation): model(x), and the wrappers or modules bound to it."""
+    keys = set()
+    hot = module.project.hot
+
+    def walk(node):
+        if isinstance(node, ast.With | ast.AsyncWith) and _no_grad_with(node):
+            return
+        if isinstance(node, LOOPS + COMPREHENSIONS) and node is not loop and node not in hot:
+            return
+        if isinstance(node, FUNCTIONS + (ast.ClassDef,)):
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in FORWARDS:
+                func = func.value
+            key = dotted(func)
+            if key:
+                keys.update(_same_module(module, key))
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
+    walk(loop)
+    names = _trainable_names(module.project)
+    return {
+        key
+        for key in keys
+        if any(k.rsplit(".", 1)[-1] in names for k in _same_module(module, key))
+    }
+
+
+def _trainable_names(project) -> set:
+    """The last names of the modules something trains: handed to an optimizer through
+    `.parameters()` (or asked for them), put in training mode, or zeroed. A feature extractor
+    only ever put in eval mode (DINOv2's linear probe) is not among them."""
+    if not hasattr(project, "trainable_names"):
+        project.trainable_names = {
+            (_chain_root(n.func.value) or "").rsplit(".", 1)[-1]
+            for m in project.modules
+            for n in m.nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("parameters", "named_parameters", "train", "zero_grad")
+        } - {""}
+    return project.trainable_names
 
 
 def _trained_by(key: str, event) -> bool:

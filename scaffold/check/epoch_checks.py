@@ -344,9 +344,7 @@ def _step_trained_keys(module: Module, loop) -> set:
     walk(loop)
     names = _trainable_names(module.project)
     return {
-        key
-        for key in keys
-        if any(k.rsplit(".", 1)[-1] in names for k in _same_module(module, key))
+        key for key in keys if any(k.rsplit(".", 1)[-1] in names for k in _same_module(module, key))
     }
 
 

@@ -22,7 +22,7 @@ for step in range(args.num_iterations):
     model.train()
     optimizer.zero_grad(set_to_none=True)
     lossf = 0.0
-    for micro_step in range(args.grad_accum_steps):
+    for _micro_step in range(args.grad_accum_steps):
         x, y = train_loader.next_batch()
         _, loss = model(x, y)
         loss = loss / args.grad_accum_steps

@@ -50,7 +50,7 @@ def training_loop(loader, device, total_kimg=25000, snapshot_ticks=50):
             module.requires_grad_(False)
             opt.step()
         with torch.no_grad():
-            for p_ema, p in zip(G_ema.parameters(), G.parameters()):
+            for p_ema, p in zip(G_ema.parameters(), G.parameters(), strict=True):
                 p_ema.copy_(p.lerp(p_ema, 0.999))
         cur_nimg += real.shape[0]
         tick += 1

@@ -1469,6 +1469,14 @@ UNSEEN_BUGS = [
         "scheduler.step()",
     ),
     (
+        "iteration_counted",
+        "an epoch loop around the batch loop that also stops on an iteration count",
+        "    while True:\n",
+        "    for _epoch in range(opts.epochs):\n",
+        "SCF701",
+        "scheduler.step()",
+    ),
+    (
         "frozen_generator",
         "the generator built trainable, its averaged copy sampled with autograd on",
         "G = Generator().train().requires_grad_(False).to(device)",

@@ -74,7 +74,8 @@ def _run_in_iterations(module: Module, node) -> bool:
     of epochs (DeepLabV3Plus: `while True:` around `for images, labels in loader: cur_itrs += 1
     ... if cur_itrs >= opts.total_itrs: return`): with no count of epochs to decay over, a
     schedule stepped every batch counts iterations. A `while cur_itrs < total_itrs:` around it
-    says the same."""
+    says the same. Under `for epoch in range(args.epochs):` the run is counted in epochs too,
+    and an epoch scheduler stepped every batch is still reported."""
     loop = next((a for a in module.ancestors(node) if isinstance(a, LOOPS)), None)
     if loop is None:
         return False
@@ -95,10 +96,19 @@ def _run_in_iterations(module: Module, node) -> bool:
             for c in ast.walk(test)
         )
 
-    for outer in [loop, *module.ancestors(loop)]:
+    outers = []
+    for outer in module.ancestors(loop):
         if isinstance(outer, FUNCTIONS):
             break
-        if isinstance(outer, ast.While) and outer is not loop and reads_counter(outer.test):
+        outers.append(outer)
+    if any(
+        isinstance(outer, ast.For | ast.AsyncFor)
+        and any("epoch" in (dotted(n) or "").lower() for n in ast.walk(outer.iter))
+        for outer in outers
+    ):
+        return False  # `for epoch in range(args.epochs):` counts the run in epochs as well
+    for outer in outers:
+        if isinstance(outer, ast.While) and reads_counter(outer.test):
             return True
     for n in ast.walk(loop):
         if isinstance(n, ast.If) and reads_counter(n.test):

@@ -650,9 +650,9 @@ def _frozen_at(module: Module, scope, key: str, line: int, depth: int) -> bool:
             if stmt.lineno >= line:
                 continue
             value = stmt.value
-            if _freezes(value, key) is False:
+            if _freezes(value) is False:
                 return False  # built and unfrozen in one chain
-            if _freezes(value, key):
+            if _freezes(value):
                 frozen = _always(module, stmt, scope)
             elif _copy_of(value) is not None:
                 frozen = _frozen_at(module, scope, _copy_of(value), stmt.lineno, depth + 1)
@@ -725,7 +725,7 @@ def _false_flag(call: ast.Call) -> bool:
     return isinstance(flag, ast.Constant) and flag.value is False
 
 
-def _freezes(value, key: str) -> bool | None:
+def _freezes(value) -> bool | None:
     """True when a value's call chain ends its flags with requires_grad_(False), False when with
     requires_grad_(True), None when it sets none."""
     found = None

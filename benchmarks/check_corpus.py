@@ -999,6 +999,138 @@ verdict(
     "`if encoder is not None: encoder.eval()` then `if encoder is not None: imgs = encoder(imgs)`: the same test guards both (fixed)",
 )
 
+# 2026-12-04, second set: 15 more repositories nobody here had looked at, checked with 752407a
+# (see docs/check-recall.md), then the findings of the new step-loop SCF901 on the earlier 49.
+SG2 = "NVlabs+stylegan2-ada-pytorch"
+verdict(
+    SG2,
+    "metrics/perceptual_path_length.py",
+    "SCF1001",
+    "for batch_start in range(0, num_samples, batch_size * opts.num_gpus):",
+    F,
+    "the sampler is set `.eval().requires_grad_(False)` before the loop and its inputs need no grad: no graph is built (fixed: a frozen module's forward)",
+)
+verdict(
+    SG2,
+    "training/training_loop.py",
+    "SCF1001",
+    "images = torch.cat([G_ema(z=z, c=c, noise_mode='const').cpu() for z, c in zip(grid_z, grid_c)]).numpy()",
+    F,
+    "G_ema is a deep copy of G made while G was built `.requires_grad_(False)`, and nothing unfreezes it: no graph (fixed: a frozen module's forward, and a deep copy of one)",
+)
+verdict(
+    "VainF+DeepLabV3Plus-Pytorch",
+    "main.py",
+    "SCF701",
+    "scheduler.step()",
+    F,
+    "the run is counted in iterations (`while True:`, return once cur_itrs >= total_itrs); PolyLR(total_itrs) or StepLR(step_size=10000 iterations), stepped every batch on purpose (fixed)",
+)
+verdict(
+    "karpathy+llm.c",
+    "train_gpt2.py",
+    "SCF401",
+    "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)",
+    F,
+    "clip after the micro-step backward()s and before step(); only `--inference_only` skips the backward, and then clip and step both run on no gradients (fixed)",
+)
+verdict(
+    "karpathy+llm.c",
+    "train_llama3.py",
+    "SCF401",
+    "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)",
+    F,
+    "clip after the micro-step backward()s and before step(); only `--inference_only` skips the backward, and then clip and step both run on no gradients (fixed)",
+)
+verdict(
+    "jwyang+faster-rcnn.pytorch",
+    "test_net.py",
+    "SCF1001",
+    "for i in range(num_images):",
+    T,
+    "the test loop runs fasterRCNN (after .eval()) with autograd on, and reads `.data` after the forward: a graph is built for every image",
+)
+verdict(
+    "pytorch+opacus",
+    "examples/fsdp_llama3.py",
+    "SCF1501",
+    "sampler=DistributedSampler(train_dataset),",
+    T,
+    "DistributedSampler and no set_epoch() anywhere; make_private(poisson_sampling=False) keeps the loader, so every epoch (--epochs) repeats the shuffle",
+)
+verdict(
+    "eriklindernoren+PyTorch-YOLOv3",
+    "pytorchyolo/train.py",
+    "SCF1401",
+    "loss.backward()",
+    D,
+    "steps every `subdivisions` batches and sums the gradients undivided (Darknet's convention, its lr set for the sum); the shipped configs use subdivisions=1, so no accumulation by default",
+)
+LG = "Lightning-AI+litgpt"
+for _path in ("litgpt/finetune/lora.py", "litgpt/finetune/lora_legacy.py"):
+    verdict(
+        LG,
+        _path,
+        "SCF901",
+        "model.eval()",
+        T,
+        "generate_example() puts the model in eval and calls model.train() only when the prompt fits; otherwise fine-tuning goes on in eval mode, with the LoRA dropout (0.05 by default) off",
+    )
+for _path in (
+    "litgpt/finetune/adapter.py",
+    "litgpt/finetune/adapter_v2.py",
+    "litgpt/finetune/full.py",
+):
+    verdict(
+        LG,
+        _path,
+        "SCF901",
+        "model.eval()",
+        D,
+        "generate_example() calls model.train() only when the prompt fits, so training can go on in eval mode; litgpt's GPT has no dropout or BatchNorm, so no effect today",
+    )
+verdict(
+    "huggingface+peft",
+    "examples/boft_dreambooth/train_dreambooth.py",
+    "SCF901",
+    "unet.eval()",
+    T,
+    "validation in the batch loop sets unet.eval(); unet.train() runs only at the next epoch, so the rest of the epoch trains with the BOFT dropout (0.1 by default) off",
+)
+verdict(
+    "huggingface+peft",
+    "examples/hra_dreambooth/train_dreambooth.py",
+    "SCF901",
+    "unet.eval()",
+    D,
+    "validation in the batch loop sets unet.eval() until the next epoch; HRA adds no dropout, so no effect with the default UNet",
+)
+# False alarms of the step-loop SCF901 while it was being written, fixed before it was committed.
+verdict(
+    "facebookresearch+dinov2",
+    "dinov2/eval/utils.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "evaluate() puts the frozen feature extractor in eval; no optimizer holds it and nothing trains it (fixed: only modules something trains count)",
+)
+verdict(
+    "pytorch+examples",
+    "fast_neural_style/neural_style/neural_style.py",
+    "SCF901",
+    "transformer.eval().cpu()",
+    F,
+    "`transformer.to(device).train()` puts it back (fixed: a mode call at the end of a chain of moves)",
+)
+verdict(
+    "KellerJordan+modded-nanogpt",
+    "records/track_3_optimization/results/20260506_trustlight/train_gpt_simple_trustlight.py",
+    "SCF901",
+    "model.eval()",
+    F,
+    "the early stops `break` out of the loop before model.train(); every path that goes on calls it (fixed: a path that breaks has no next step)",
+)
+
 INJECTIONS: list = []
 EX, NANO = "pytorch+examples", "karpathy+nanoGPT"
 DEIT, MAE = "facebookresearch+deit", "facebookresearch+mae"

@@ -44,8 +44,77 @@ def epoch_scheduler_per_batch(module: Module):
             continue
         for path in unit.paths:
             for event in path.events:
-                if event.kind == SCHED_STEP and _epoch_scheduler(module, event.key):
+                if event.kind == SCHED_STEP and _epoch_scheduler_here(module, event):
                     yield event.node, "SCF701"
+
+
+def _epoch_scheduler_here(module: Module, event) -> bool:
+    """An epoch scheduler, stepped where the run is not counted in iterations, or given a
+    length that names epochs."""
+    if not _epoch_scheduler(module, event.key):
+        return False
+    home = module.project.module_at(event.node)
+    if not _run_in_iterations(home, event.node):
+        return True
+    return any(_names_epochs(call) for call in _scheduler_calls(module, event.key))
+
+
+def _names_epochs(call: ast.Call) -> bool:
+    return any(
+        "epoch" in (dotted(n) or (n.value if isinstance(n, ast.Constant) else "") or "").lower()
+        for arg in [*call.args[1:], *(k.value for k in call.keywords)]
+        for n in ast.walk(arg)
+        if isinstance(n, ast.Name | ast.Attribute)
+        or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+    )
+
+
+def _run_in_iterations(module: Module, node) -> bool:
+    """Whether the batch loop a node runs in ends the run on a count of its own iterations, not
+    of epochs (DeepLabV3Plus: `while True:` around `for images, labels in loader: cur_itrs += 1
+    ... if cur_itrs >= opts.total_itrs: return`): with no count of epochs to decay over, a
+    schedule stepped every batch counts iterations. A `while cur_itrs < total_itrs:` around it
+    says the same. Under `for epoch in range(args.epochs):` the run is counted in epochs too,
+    and an epoch scheduler stepped every batch is still reported."""
+    loop = next((a for a in module.ancestors(node) if isinstance(a, LOOPS)), None)
+    if loop is None:
+        return False
+    counters = {
+        dotted(n.target)
+        for n in ast.walk(loop)
+        if isinstance(n, ast.AugAssign)
+        and isinstance(n.op, ast.Add)
+        and isinstance(n.value, ast.Constant)
+        and n.value.value == 1
+    } - {None}
+    if not counters:
+        return False
+
+    def reads_counter(test) -> bool:
+        return any(
+            isinstance(c, ast.Compare) and {dotted(n) for n in ast.walk(c)} & counters
+            for c in ast.walk(test)
+        )
+
+    outers = []
+    for outer in module.ancestors(loop):
+        if isinstance(outer, FUNCTIONS):
+            break
+        outers.append(outer)
+    if any(
+        isinstance(outer, ast.For | ast.AsyncFor)
+        and any("epoch" in (dotted(n) or "").lower() for n in ast.walk(outer.iter))
+        for outer in outers
+    ):
+        return False  # `for epoch in range(args.epochs):` counts the run in epochs as well
+    for outer in outers:
+        if isinstance(outer, ast.While) and reads_counter(outer.test):
+            return True
+    for n in ast.walk(loop):
+        if isinstance(n, ast.If) and reads_counter(n.test):
+            if any(isinstance(s, ast.Return | ast.Break) for s in n.body):
+                return True
+    return False
 
 
 def _epoch_scheduler(module: Module, key: str | None) -> bool:
@@ -192,6 +261,7 @@ def eval_mode_left_on(module: Module):
     """R9: model.eval() in the epoch loop, still on at the next training pass."""
     for loop, paths in module.loops_paths.items():
         if module.unit(loop) is not None:
+            yield from _eval_left_in_step_loop(module, loop, paths)
             continue
         paths = [p.events for p in paths]
         if not any(e.kind == PASS for events in paths for e in events):
@@ -211,6 +281,97 @@ def eval_mode_left_on(module: Module):
                         for key, evaluated in mode.items():
                             if evaluated and _trained_by(key, event):
                                 yield evaluated.node, "SCF901"
+
+
+def _eval_left_in_step_loop(module: Module, loop, paths):
+    """R9 in a loop that is itself the training step (a script's `for step in range(n):` that
+    validates every k-th step, then trains): an eval() on the validating path, still on at the
+    backward() of that step or of the next ones. Reported when the mode the step trains in
+    depends on whether validation ran before it; a mode set on every path (a frozen backbone
+    put in eval at the top of each step) is chosen, and a module the step runs only under
+    no_grad is not trained by it."""
+    if not any(e.kind == EVAL_MODE and _mode_event_key(e) for p in paths for e in p.events):
+        return
+    trained = _step_trained_keys(module, loop)
+    if not trained:
+        return
+    start = dict.fromkeys(_eval_keys(module, loop, module.enclosing_function(loop)), "start")
+    seen: dict = {}  # (backward, key) -> the modes found there: the eval() call, "start", None
+    for first in paths:
+        # a path that breaks out of the loop or returns has no next step
+        nexts = [None] + ([] if first.done in ("break", "return") else [p.events for p in paths])
+        for second in nexts:
+            mode = dict(start)
+            for event in first.events + (second or []):
+                if event.kind in (EVAL_MODE, TRAIN_MODE):
+                    key = _mode_event_key(event)
+                    for same in _same_module(module, key) if key else ():
+                        mode[same] = event.node if event.kind == EVAL_MODE else None
+                elif event.kind == BACKWARD:
+                    for key in trained:
+                        seen.setdefault((event.node, key), set()).add(mode.get(key))
+    reported = set()
+    for modes in seen.values():
+        evals = modes - {None, "start"}
+        if evals and None in modes:
+            for node in sorted(evals - reported, key=lambda n: (n.lineno, n.col_offset)):
+                reported.add(node)
+                yield node, "SCF901"
+
+
+def _mode_event_key(event) -> str | None:
+    """The module a mode call sets: `model` for model.eval(), and for a chain of moves and
+    modes, `model.cpu().eval()`, `model.to(device).train()`."""
+    if event.key:
+        return event.key
+    func = getattr(event.node, "func", None)
+    return _chain_root(func.value) if isinstance(func, ast.Attribute) else None
+
+
+def _step_trained_keys(module: Module, loop) -> set:
+    """The names a step loop runs outside no_grad and outside the loops in it that run no
+    backward() (its validation): model(x), and the wrappers or modules bound to it."""
+    keys = set()
+    hot = module.project.hot
+
+    def walk(node):
+        if isinstance(node, ast.With | ast.AsyncWith) and _no_grad_with(node):
+            return
+        if isinstance(node, LOOPS + COMPREHENSIONS) and node is not loop and node not in hot:
+            return
+        if isinstance(node, FUNCTIONS + (ast.ClassDef,)):
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in FORWARDS:
+                func = func.value
+            key = dotted(func)
+            if key:
+                keys.update(_same_module(module, key))
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
+    walk(loop)
+    names = _trainable_names(module.project)
+    return {
+        key for key in keys if any(k.rsplit(".", 1)[-1] in names for k in _same_module(module, key))
+    }
+
+
+def _trainable_names(project) -> set:
+    """The last names of the modules something trains: handed to an optimizer through
+    `.parameters()` (or asked for them), put in training mode, or zeroed. A feature extractor
+    only ever put in eval mode (DINOv2's linear probe) is not among them."""
+    if not hasattr(project, "trainable_names"):
+        project.trainable_names = {
+            (_chain_root(n.func.value) or "").rsplit(".", 1)[-1]
+            for m in project.modules
+            for n in m.nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("parameters", "named_parameters", "train", "zero_grad")
+        } - {""}
+    return project.trainable_names
 
 
 def _trained_by(key: str, event) -> bool:
@@ -426,6 +587,8 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
             continue
         func = dotted(node.func)
         if _model_like(func, evaluated):
+            if _frozen_module(module, func, node):
+                continue  # every parameter has requires_grad=False: no graph is built
             if _function_alias(module, node.func, scope):
                 continue  # model_stats_fun = flop_count; model_stats_fun(model, inputs)
             helper = module.resolve(node, Ctx(function)) if depth < 3 else None
@@ -445,6 +608,7 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
             isinstance(node.func, ast.Attribute)
             and node.func.attr in FORWARDS
             and _model_like(dotted(node.func.value), evaluated)
+            and not _frozen_module(module, dotted(node.func.value), node)
         ):
             return True
         args = [*node.args, *(k.value for k in node.keywords)]
@@ -458,6 +622,141 @@ def _runs_model(module: Module, scope, evaluated: set, function, depth: int = 0)
         if _runs_model(home, helper, _handed(node, helper, evaluated), helper, depth + 1):
             return True
     return False
+
+
+def _frozen_module(module: Module, key: str | None, node) -> bool:
+    """Whether the module a name holds where `node` runs has every parameter frozen, so its
+    forward builds no graph: set by `.requires_grad_(False)` (on its own, or chained where it is
+    built: `G = Net().train().requires_grad_(False).to(device)`), or by `for p in
+    X.parameters(): p.requires_grad = False`, earlier in the same function, or a
+    `copy.deepcopy()` of a module frozen then (StyleGAN2-ADA's `G_ema = copy.deepcopy(G).eval()`).
+    A name given any other value in that scope (a wrapper of itself, `torch.jit.trace(x, ...)`,
+    aside), or unfrozen anywhere in it (`X.requires_grad_(True)`), is not taken as frozen."""
+    if not key:
+        return False
+    scope = module.enclosing_function(node) or module.tree
+    return _frozen_at(module, scope, key, node.lineno, 0)
+
+
+def _frozen_at(module: Module, scope, key: str, line: int, depth: int) -> bool:
+    if depth > 3:
+        return False
+    frozen = False
+    for stmt in sorted(
+        (n for n in module.project.nodes_of(scope) if isinstance(n, ast.stmt)),
+        key=lambda n: (n.lineno, n.col_offset),
+    ):
+        if isinstance(stmt, ast.Assign) and key in {dotted(t) for t in stmt.targets}:
+            if stmt.lineno >= line:
+                continue
+            value = stmt.value
+            if _freezes(value) is False:
+                return False  # built and unfrozen in one chain
+            if _freezes(value):
+                frozen = _always(module, stmt, scope)
+            elif _copy_of(value) is not None:
+                frozen = _frozen_at(module, scope, _copy_of(value), stmt.lineno, depth + 1)
+            elif not _wraps_itself(value, key):
+                frozen = False
+            continue
+        if isinstance(stmt, ast.Expr):
+            for call in ast.walk(stmt):
+                if not (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "requires_grad_"
+                ):
+                    continue
+                root = _chain_root(call.func.value) or ""
+                if not _false_flag(call) and (root == key or root.startswith(f"{key}.")):
+                    return False  # it, or a part of it, unfrozen somewhere in the scope
+                if root == key and stmt.lineno < line and _always(module, stmt, scope):
+                    frozen = True
+        if (
+            isinstance(stmt, ast.For)
+            and isinstance(stmt.iter, ast.Call)
+            and last_name(stmt.iter) in ("parameters", "named_parameters")
+            and isinstance(stmt.iter.func, ast.Attribute)
+            and isinstance(stmt.target, ast.Name)
+        ):
+            owner = dotted(stmt.iter.func.value) or ""
+            for inner in stmt.body:
+                if (
+                    isinstance(inner, ast.Assign)
+                    and [dotted(t) for t in inner.targets] == [f"{stmt.target.id}.requires_grad"]
+                    and isinstance(inner.value, ast.Constant)
+                ):
+                    if inner.value.value is not False and (
+                        owner == key or owner.startswith(f"{key}.")
+                    ):
+                        return False
+                    if (
+                        owner == key
+                        and stmt.lineno < line
+                        and last_name(stmt.iter) == "parameters"
+                        and _always(module, stmt, scope)
+                    ):
+                        frozen = True
+    return frozen
+
+
+def _always(module: Module, stmt, scope) -> bool:
+    """Whether a statement runs whenever its scope does: under no `if`, loop or `try`
+    (`if args.freeze: model.requires_grad_(False)` freezes on one path only)."""
+    return not any(
+        isinstance(outer, (ast.If, ast.Try, *LOOPS)) for outer in module.ancestors(stmt, scope)
+    )
+
+
+MODE_CHAIN = {"eval", "train", "to", "cuda", "cpu", "float", "half", "requires_grad_"}
+
+
+def _chain_root(node) -> str | None:
+    """`G` for `G.eval().requires_grad_(False).to(device)`'s receiver chain."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr not in MODE_CHAIN:
+            return None
+        node = node.func.value
+    return dotted(node)
+
+
+def _false_flag(call: ast.Call) -> bool:
+    flag = call.args[0] if call.args else next((k.value for k in call.keywords), None)
+    return isinstance(flag, ast.Constant) and flag.value is False
+
+
+def _freezes(value) -> bool | None:
+    """True when a value's call chain ends its flags with requires_grad_(False), False when with
+    requires_grad_(True), None when it sets none."""
+    found = None
+    node = value
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr == "requires_grad_" and found is None:
+            found = _false_flag(node)
+        elif node.func.attr not in MODE_CHAIN:
+            break
+        node = node.func.value
+    return found
+
+
+def _copy_of(value) -> str | None:
+    """`G` for `copy.deepcopy(G)`, maybe followed by mode calls (`.eval()`, `.to(device)`)."""
+    node = value
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr not in MODE_CHAIN:
+            break
+        node = node.func.value
+    if isinstance(node, ast.Call) and last_name(node) == "deepcopy" and node.args:
+        return dotted(node.args[0])
+    return None
+
+
+def _wraps_itself(value, key: str) -> bool:
+    """`sampler = torch.jit.trace(sampler, ...)`, `model = model.to(device)`: the same
+    parameters under another handle."""
+    if _chain_root(value) == key:
+        return True
+    return isinstance(value, ast.Call) and bool(value.args) and dotted(value.args[0]) == key
 
 
 # Contexts that count a forward pass's operations: a measurement, not an evaluation over data.
@@ -671,7 +970,7 @@ def schedulers_in_epoch_loops(module: Module):
                 if event.kind == PASS:
                     trained = True
                     for inner in event.inner:
-                        if inner.kind == SCHED_STEP and _epoch_scheduler(module, inner.key):
+                        if inner.kind == SCHED_STEP and _epoch_scheduler_here(module, inner):
                             yield inner.node, "SCF701"
                     continue
                 if event.kind != SCHED_STEP:
@@ -679,7 +978,8 @@ def schedulers_in_epoch_loops(module: Module):
                 nested = _in_inner_loop(module, event.node, loop)
                 if _epoch_scheduler(module, event.key):
                     if nested:
-                        yield event.node, "SCF701"
+                        if _epoch_scheduler_here(module, event):
+                            yield event.node, "SCF701"
                     elif not trained and not _conditional(module, event.node, loop):
                         yield event.node, "SCF702"
                 elif _step_scheduler(module, event.key) and not nested:

@@ -126,7 +126,7 @@ class Path:
 
     events: list = field(default_factory=list)
     decisions: dict = field(default_factory=dict)
-    done: str | None = None  # "loop" (break, continue) or "return"
+    done: str | None = None  # "loop" (continue), "break" or "return"
 
     def copy(self) -> "Path":
         return Path(list(self.events), dict(self.decisions), self.done)
@@ -510,7 +510,7 @@ class Module:
             return []  # an error path: not a training step
         if isinstance(node, ast.Break | ast.Continue):
             for path in paths:
-                path.done = "loop"
+                path.done = "break" if isinstance(node, ast.Break) else "loop"
             return paths
         if isinstance(node, ast.If):
             return self._if(node, ctx, self.expr(node.test, ctx, paths))
@@ -542,7 +542,7 @@ class Module:
             # Another loop runs once here: what it does, in order, is what matters.
             paths = self.block(node.body, ctx, paths)
             for path in paths:
-                if path.done == "loop":
+                if path.done in ("loop", "break"):
                     path.done = None
             return paths
         if isinstance(node, ast.With | ast.AsyncWith):

@@ -47,8 +47,27 @@ def step_order(module: Module):
                     yield event.node, "SCF504"
                     break
         gating = {e.node for e in events if e.kind == CLIP and _gates_step(module, e.node)}
+        placed = _placed_clips(unit.paths)
         for path in unit.paths:
-            yield from _path_order([e for e in path.events if e.kind != PASS], gating)
+            yield from _path_order([e for e in path.events if e.kind != PASS], gating, placed)
+
+
+def _placed_clips(paths) -> set:
+    """The clipping calls that some path reaches right after a backward() and before the step:
+    where gradients exist, they are in place. On a path that runs no backward() at all (a flag
+    skipped it: llm.c's `if not args.inference_only: loss.backward()`), the same clip and step
+    run on no gradients, in their right order; that path is no misplaced clip."""
+    placed = set()
+    for path in paths:
+        events = [e for e in path.events if e.kind in (BACKWARD, STEP, ZERO, CLIP)]
+        for i, event in enumerate(events):
+            if event.kind != CLIP:
+                continue
+            before = next((e.kind for e in reversed(events[:i]) if e.kind != CLIP), None)
+            after = next((e.kind for e in events[i + 1 :] if e.kind != CLIP), None)
+            if before == BACKWARD and after == STEP:
+                placed.add(event.node)
+    return placed
 
 
 def _gates_step(module: Module, clip) -> bool:
@@ -112,7 +131,7 @@ def _zeroed(module: Module, optimizer: str | None, zeroed: set) -> bool:
     return bool(zeroed & (models | {optimizer})) or bool(zeroed - known)
 
 
-def _path_order(events: list, gating=frozenset()):
+def _path_order(events: list, gating=frozenset(), placed=frozenset()):
     """R2-R5 along one path through a step. A misplaced zero_grad or step is reported once:
     the clipping it leaves out of place is the same bug, not a second one."""
 
@@ -144,9 +163,12 @@ def _path_order(events: list, gating=frozenset()):
                 yield event.node, "SCF502"
             if event.scaled and backward is not None and not backward.scaled:
                 yield event.node, "SCF503"
+    backward_run = any(e.kind == BACKWARD for e in events)
     for i, event in enumerate(events):
         if event.kind != CLIP:
             continue
+        if not backward_run and event.node in placed:
+            continue  # no backward on this path: the step it comes before has nothing either
         order = {BACKWARD, STEP, ZERO}
         before = kind(last(order, i, misplaced))
         after = kind(first(order, i, misplaced))

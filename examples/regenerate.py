@@ -20,7 +20,9 @@ HERE = Path(__file__).resolve().parent
 
 # One example per task, each showing several options; together they show every option.
 NAMED = {
-    "classification-full": Options(scheduler="plateau", amp=True, clip=True, early_stopping=True),
+    "classification-full": Options(
+        scheduler="plateau", amp=True, clip=True, early_stopping=True, compile=True
+    ),
     "regression-warmup-accum": Options(
         task="regression", clip=True, grad_accum=3, warmup_steps=100
     ),

@@ -2,8 +2,6 @@
 
 # Only what Python loads at start-up anyway, so that exit_while_importing comes early: `signal`
 # and `threading` (which import enum) are imported by the functions that run later.
-import os
-import sys
 
 try:  # the C module behind `signal`, which would first import enum (~10 ms more to wait)
     import _signal as early_signal
@@ -11,19 +9,8 @@ except ImportError:  # not CPython
     import signal as early_signal
 
 
-def _exit_interrupted(signum, frame):
-    # Only imports are running: nothing to clean up, and an exception raised in the middle of
-    # one may be swallowed by the import machinery; exit at once.
-    sys.stderr.write("interrupted; nothing was written\n")
-    sys.stderr.flush()
-    os._exit(130)
+from scaffold import RUN_AS_SCAFFOLD, _exit_interrupted
 
-
-# Whether this process is the `scaffold` command, not a program that imports it (a test run).
-RUN_AS_SCAFFOLD = "scaffold" in (
-    os.path.basename(sys.argv[0]),  # the console script
-    os.path.basename(os.path.dirname(sys.argv[0])),  # python -m scaffold: scaffold/__main__.py
-)
 _sigint_before = None  # the handler exit_while_importing replaced, if it did
 
 
@@ -36,6 +23,8 @@ def exit_while_importing() -> None:
     """
     global _sigint_before
     try:
+        if early_signal.getsignal(early_signal.SIGINT) is early_signal.SIG_IGN:
+            return  # a background job's ignored Ctrl-C stays ignored
         _sigint_before = early_signal.signal(early_signal.SIGINT, _exit_interrupted)
     except ValueError:  # imported outside the main thread, where no handler can be set
         _sigint_before = None

@@ -179,6 +179,8 @@ class _Checks:
             parts.append("distributed (torchrun)")
         if self.ema:
             parts.append(f"EMA of the weights (decay {self.ema_decay})")
+        if self.compile:
+            parts.append("torch.compile")
         return ", ".join(parts)
 
 

@@ -57,6 +57,14 @@ def _numbers(index: int, scheduler: str) -> dict:
 # code without it) and the value here. 3 is odd, so the tests' small runs (5 batches) fall into
 # ragged windows: a shorter last window, whose last batch is smaller.
 CODE_NUMBERS = {"grad_accum": 3, "warmup_steps": 4}
+# Switches that joined after the code numbers (compile): each, like the code numbers, comes first
+# in the product (every combination without it keeps its place and numbers), shows in an id only
+# when on, and adds sets to the covering set chosen without it, which stays as it was.
+LATE_SWITCHES = ("compile",)
+# The late factors in the order they joined: a covering set is chosen without the last group,
+# then extended for it (covering_set).
+LATE_GROUPS = (tuple(CODE_NUMBERS), LATE_SWITCHES)
+LATE = {name for group in LATE_GROUPS for name in group}
 # The options that shape the loop: the code numbers, then every question with choices (the
 # task, the scheduler) and every switch (AMP, clipping, early stopping, distributed, EMA), in
 # copier.yml's order, with their values.
@@ -64,11 +72,12 @@ CODE_NUMBERS = {"grad_accum": 3, "warmup_steps": 4}
 # numbers come first: the product then lists every combination without them first, in the
 # order and with the spread numbers (_numbers) they had before the numbers joined.
 FACTORS = {
+    **{name: (False, True) for name in reversed(LATE_SWITCHES)},
     **{name: (OPTIONS[name].default, value) for name, value in CODE_NUMBERS.items()},
     **{
         name: q.choices if q.choices else (False, True)
         for name, q in OPTIONS.items()
-        if q.choices or q.type is bool
+        if (q.choices or q.type is bool) and name not in LATE
     },
 }
 TASKS = FACTORS["task"]
@@ -107,6 +116,8 @@ SWITCH_WORDS = {"amp": ("amp", "fp32"), "distributed": ("ddp", "noddp")}
 # How a code number reads in an id, before its value; others read as their initials. Short,
 # because ids become package names, which must fit in 60 characters with every word present.
 NUMBER_WORDS = {"grad_accum": "ga", "warmup_steps": "wu"}
+# How a late switch reads in an id when on (off, it is absent).
+LATE_WORDS = {"compile": "tc"}  # torch.compile; short, as the longest id has 4 letters left
 
 
 def combo_id(options: Options) -> str:
@@ -115,7 +126,7 @@ def combo_id(options: Options) -> str:
     words = []
     for name, values in FACTORS.items():
         value = getattr(options, name)
-        if name in CODE_NUMBERS:
+        if name in LATE:
             continue
         if name == "task":
             words.append(TASK_IDS[value])
@@ -128,6 +139,7 @@ def combo_id(options: Options) -> str:
         if getattr(options, name) != FACTORS[name][0]:
             word = NUMBER_WORDS.get(name) or "".join(w[0] for w in name.split("_"))
             words.append(f"{word}{getattr(options, name)}")
+    words += [LATE_WORDS[name] for name in LATE_SWITCHES if getattr(options, name)]
     return "-".join(words)
 
 
@@ -154,12 +166,14 @@ def covering_set(options_list=None, factors=None, strength: int = 2) -> list:
 
     needed = set().union(*map(tuples, options_list))
     chosen = []
-    numbers = [name for name in names if name in CODE_NUMBERS]
+    groups = [[name for name in group if name in names] for group in LATE_GROUPS]
+    numbers = next((group for group in reversed(groups) if group), [])
     if numbers:
-        # The code numbers add sets to the set chosen without them (each at its default), which
-        # stays as it was: the sets, their ids and their mutation tables' rows do not change.
+        # The last group of late factors to join (the code numbers, then compile) adds sets to
+        # the set chosen without it (each at its default), which stays as it was: the sets,
+        # their ids and their mutation tables' rows do not change.
         plain = [o for o in options_list if all(getattr(o, n) == FACTORS[n][0] for n in numbers)]
-        rest = [name for name in names if name not in CODE_NUMBERS]
+        rest = [name for name in names if name not in numbers]
         chosen = covering_set(plain, rest, strength)
         needed -= set().union(set(), *map(tuples, chosen))
     while needed:

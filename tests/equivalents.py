@@ -23,7 +23,7 @@ from pathlib import Path
 
 from scaffold.options import Options
 from tests import forkrun, tables
-from tests.mutants import COVERING, Edit, run_edited
+from tests.mutants import COVERING, Edit, absent_cell, needed, run_edited
 
 
 def _always(options: Options) -> bool:
@@ -49,6 +49,7 @@ class Equivalent:
     # The edits, or a function of the options for rewrites whose text depends on them.
     edits: tuple[Edit, ...] | Callable[[Options], tuple[Edit, ...]]
     applies: Callable[[Options], bool] = field(default=_always)
+    tests: tuple[str, ...] = ()  # generated test files to run besides the loop tests
 
     def edits_for(self, options: Options) -> tuple[Edit, ...]:
         return self.edits(options) if callable(self.edits) else self.edits
@@ -385,6 +386,14 @@ EQUIVALENTS = [
                      "        optimizer.zero_grad(set_to_none=True)  # R2: the next window starts "
                      "from none\n" + _AFTER_WINDOW_UPDATE)),
                _accumulating),
+    # torch.compile's rewrites are also run through tests/test_compile.py, which compiles.
+    Equivalent("the compiled module's inner model saved (_orig_mod)", "train.py",
+               (Edit("replace", '"model": model.state_dict(),',
+                     '"model": getattr(compiled, "_orig_mod", compiled).state_dict(),'),),
+               lambda o: o.compile, ("tests/test_compile.py",)),
+    Equivalent("compiled with dynamic shapes from the first batch", "compiling.py",
+               (Edit("replace", "DYNAMIC = None", "DYNAMIC = True"),),
+               lambda o: o.compile, ("tests/test_compile.py",)),
 ]  # fmt: skip
 
 # The distributed option's loop is the one-process loop plus two sums over the processes (the
@@ -443,6 +452,8 @@ for dtype in ("bfloat16", "float16") if "amp_dtype" in fields else ("none",):
         settings.append(f"amp_dtype={{dtype}}")
     if "max_grad_norm" in fields:
         settings.append("max_grad_norm=0.5")  # low enough that some steps are clipped
+    if "compile" in fields:
+        settings.append("compile=false")  # eager, as the loop tests run (not test_compile.py)
     result = train.fit(load_config(None, [*task_cases.SMALL, *settings]))
     digest = hashlib.sha256()
     for name, tensor in sorted(result["model"].state_dict().items()):
@@ -527,7 +538,7 @@ class Result:
 
 
 # Every rewrite on every combination of the covering set it applies to: the proof tier's cases.
-CASES = [(o, e) for o in COVERING for e in EQUIVALENTS if e.applies(o)]
+CASES = [(o, e) for o in COVERING for e in EQUIVALENTS if needed(o, e.applies, e.file)]
 
 
 def case_key(options: Options, equivalent: Equivalent) -> str:
@@ -551,7 +562,7 @@ def run_equivalent(
     With the fork runner the tests stop at the first failure: one is enough to fail it."""
     edits = equivalent.edits_for(options)
     run = run_edited(
-        project, package, equivalent.file, edits, work,
+        project, package, equivalent.file, edits, work, equivalent.tests,
         stop_at_first=isolation == "fork", isolation=isolation,
     )  # fmt: skip
     result = Result(equivalent, combo, run.finished, run.failures, run.detail)
@@ -606,7 +617,7 @@ def table(results: list[Result]) -> str:
     ]
     for e in EQUIVALENTS:
         if e.rewrite in rows:
-            cells = [rows[e.rewrite].get(c, "n/a") for c in combos]
+            cells = [rows[e.rewrite].get(c, absent_cell(c, e.applies, e.file)) for c in combos]
             lines.append(f"| {e.file} | {e.rewrite} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -643,17 +654,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", help="run only the rewrites whose slug contains this")
+    parser.add_argument(
+        "--combo", action="append", default=[], metavar="REGEX",
+        help="only the combinations whose id matches this regular expression (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+
+    def chosen(options: Options, equivalent: Equivalent) -> bool:
+        return needed(options, equivalent.applies, equivalent.file) and (
+            (args.only or "") in equivalent.slug
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         jobs = []
         for options in COMBOS if args.all else COVERING:
             combo = combo_id(options)
+            if args.combo and not any(re.search(c, combo) for c in args.combo):
+                continue
+            if not any(chosen(options, e) for e in EQUIVALENTS):
+                continue  # nothing to run: no render, no fingerprint
             project = render(Path(tmp) / "projects" / f"eq-{combo}", options).dest
             package = project.name.replace("-", "_")
             expected = training_fingerprint(project, package)
             for equivalent in EQUIVALENTS:
-                if equivalent.applies(options) and (args.only or "") in equivalent.slug:
+                if chosen(options, equivalent):
                     work = Path(tmp) / "work" / f"{combo}-{equivalent.slug}"
                     jobs.append((project, package, equivalent, options, combo, work, expected))
         with ThreadPoolExecutor(args.jobs) as pool:

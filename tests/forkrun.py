@@ -42,7 +42,7 @@ PRELOAD = (
     "tqdm",
     "tomllib",
 )
-RULE_TAG = re.compile(r"\b([RSCDTME]\d{1,2})(?=[:/,])")
+RULE_TAG = re.compile(r"\b([RSCDTMEK]\d{1,2})(?=[:/,])")
 
 
 class Picker:

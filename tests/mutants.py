@@ -2,11 +2,14 @@
 
 `python -m tests.mutants [--all] [--out docs/mutation-table.md]` renders projects, injects
 every bug that applies, runs each mutant's own test suite, and prints (and writes) the table
-of which test caught which bug. tests/test_mutations.py runs the same mutants under pytest;
+of which test caught which bug. `--rule K1 --bug TEXT --combo REGEX` run a part of it (with
+`--list`, name the cases only), e.g. `python -m tests.mutants --combo 'tc$' --rule C4`.
+tests/test_mutations.py runs the same mutants under pytest;
 tests/equivalents.py runs correct rewrites of the loop through the same machinery.
 """
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -16,8 +19,10 @@ import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+import jinja2
 
 from scaffold.options import Options
 from tests import forkrun, tables
@@ -126,6 +131,15 @@ def _ddp(o: Options) -> bool:
     return o.distributed
 
 
+def _compile(o: Options) -> bool:
+    return o.compile
+
+
+# The compile rules (K1, K2, C4) are seen by the generated tests/test_compile.py (probes).
+_COMPILE_TESTS = ("tests/test_compile.py",)
+_COMPILED = "    compiled = compile_model(model) if cfg.compile else model\n"
+
+
 def _one(o: Options) -> bool:
     return not o.distributed
 
@@ -156,13 +170,32 @@ def _warmup_mutants() -> list:
         name = "scheduler" if scheduler == "cosine" else "warmup"
         on = lambda o, s=scheduler: _warmup(o) and o.scheduler == s  # noqa: E731
         mutants += [
-            Mutant("R7", f"warm-up ({scheduler}) stepped once per epoch", "train.py",
-                   (Edit("replace", f"                schedule={name},  # R7: stepped after each "
-                         "optimizer step\n", ""),
-                    Edit("replace", "            improved = val[",
-                         f"            {name}.step()\n            improved = val[")), on),
-            Mutant("R7", f"warm-up ({scheduler}) restarted on resume", "train.py",
-                   (Edit("delete", f'{name}.load_state_dict(checkpoint["{name}"])'),), on),
+            Mutant(
+                "R7",
+                f"warm-up ({scheduler}) stepped once per epoch",
+                "train.py",
+                (
+                    Edit(
+                        "replace",
+                        f"                schedule={name},  # R7: stepped after each "
+                        "optimizer step\n",
+                        "",
+                    ),
+                    Edit(
+                        "replace",
+                        "            improved = val[",
+                        f"            {name}.step()\n            improved = val[",
+                    ),
+                ),
+                on,
+            ),
+            Mutant(
+                "R7",
+                f"warm-up ({scheduler}) restarted on resume",
+                "train.py",
+                (Edit("delete", f'{name}.load_state_dict(checkpoint["{name}"])'),),
+                on,
+            ),
         ]
     return mutants
 
@@ -350,7 +383,11 @@ MUTANTS = [
                  "True"),), lambda o: o.ema and o.amp),
     Mutant("E2", "validation on the trained weights, not their average", "train.py",
            (Edit("replace", "evaluate(ema.module, val_batches", "evaluate(model, val_batches"),),
-           _ema),
+           lambda o: o.ema and not o.compile),
+    Mutant("E2", "validation on the trained weights, not their average", "train.py",
+           (Edit("replace", "evaluate(compiled_ema, val_batches",
+                 "evaluate(compiled, val_batches"),),
+           lambda o: o.ema and o.compile),
     Mutant("E2", "predict loads the trained weights, not their average", "predict.py",
            (Edit("replace", 'self.model.load_state_dict(checkpoint["ema"]["weights"])',
                  'self.model.load_state_dict(checkpoint["model"])'),), _ema),
@@ -364,6 +401,30 @@ MUTANTS = [
             Edit("replace", 'load_best(checkpoint, checkpoint_path)["ema"]["weights"]',
                  'load_best(checkpoint, checkpoint_path)["model"]')),
            lambda o: o.ema and o.early_stopping),
+    # torch.compile (--compile), caught by tests/test_compile.py.
+    Mutant("C4", "the compiled module's state saved (_orig_mod. keys)", "train.py",
+           (Edit("replace", '"model": model.state_dict(),', '"model": compiled.state_dict(),'),),
+           _compile, _COMPILE_TESTS),
+    Mutant("C4", "a checkpoint loaded into the compiled module with strict=False", "train.py",
+           (Edit("replace", 'model.load_state_dict(checkpoint["model"])',
+                 'compiled.load_state_dict(checkpoint["model"], strict=False)'),),
+           _compile, _COMPILE_TESTS),
+    Mutant("K1", "a second model compiled, not the one the optimizer steps", "train.py",
+           (Edit("replace", _COMPILED, _COMPILED.replace(
+               "compile_model(model)", "compile_model(build_model(cfg, data.input_shape, "
+               "data.task.output_dim).to(device))")),),
+           _compile, _COMPILE_TESTS),
+    Mutant("K1", "validation on a compiled snapshot of the first average", "train.py",
+           (Edit("replace", "compile_model(ema.module)",
+                 "compile_model(WeightAverage(model, cfg.ema_decay).module)"),),
+           lambda o: o.compile and o.ema, _COMPILE_TESTS),
+    Mutant("K1", "dropout drawn by the compiled code's own generator", "compiling.py",
+           (Edit("delete", "torch._inductor.config.fallback_random = True"),),
+           _compile, _COMPILE_TESTS),
+    Mutant("K2", "text batches padded to each batch's own longest document", "data.py",
+           (Edit("replace", "torch.arange(padded_length(int(lengths.max()), self.longest))",
+                 "torch.arange(int(lengths.max()))"),),
+           lambda o: o.compile and o.task == "text-classification", _DATA_TESTS + _COMPILE_TESTS),
     # The image task's data rules, caught by its own tests/test_data.py.
     Mutant("D2", "small last training batch kept (BatchNorm)", "data.py",
            (Edit("replace", "if len(batches) > 1 and len(batches[-1]) < self.batch_size:",
@@ -444,6 +505,38 @@ MUTANTS = [
                  "nn.Embedding(vocab_size, embedding_dim)"),), _text, _DATA_TESTS),
 ]  # fmt: skip
 
+# A Jinja tag that reads the compile option, in a template file's name or text.
+_READS_COMPILE = re.compile(r"\{[%{][^%}]*\bcompile\b[^%}]*[%}]\}")
+_TEMPLATE_PACKAGE = Path(__file__).resolve().parents[1] / "template" / "src" / "{{package_name}}"
+
+
+@functools.cache
+def _compile_shapes(module: str, options: Options) -> bool:
+    """Whether the compile option changes the text of `module` as these options render it."""
+    for path in _TEMPLATE_PACKAGE.iterdir():
+        name = jinja2.Template(path.name).render(asdict(options)).removesuffix(".jinja")
+        if name == module:
+            return bool(_READS_COMPILE.search(path.name) or _READS_COMPILE.search(path.read_text()))
+    return False
+
+
+def needed(options: Options, applies: Callable[[Options], bool], module: str) -> bool:
+    """Whether a case (a mutant, or a rewrite, of `module`) runs on this combination.
+
+    A case that applies without compile too, on a compile combination whose `module` reads
+    the same as without compile, would run the very code the same task's other combinations
+    run (the loop tests train eager; only tests/test_compile.py compiles): it runs there only,
+    so that compile adds the cases it changes, not a second copy of every case."""
+    if not applies(options):
+        return False
+    if not options.compile:
+        return True
+    return _compile_shapes(module, options) or not applies(replace(options, compile=False))
+
+
+AS_WITHOUT_COMPILE = "as without compile"  # a table cell for a case needed() leaves out
+
+
 # A pairwise covering set of the option combinations, chosen by code (tests/conftest.py): every
 # pair of values of any two options (each task, scheduler, AMP, clipping, early stopping) meets
 # in some combination, so each rule meets each option that changes how it is written. The
@@ -451,7 +544,7 @@ MUTANTS = [
 COVERING = [Options(**{name: getattr(o, name) for name in FACTORS}) for o in covering_set()]
 
 # Every mutant on every combination of the covering set it applies to: the proof tier's cases.
-CASES = [(o, m) for o in COVERING for m in MUTANTS if m.applies(o)]
+CASES = [(o, m) for o in COVERING for m in MUTANTS if needed(o, m.applies, m.file)]
 
 
 def case_key(options: Options, mutant: "Mutant") -> str:
@@ -626,7 +719,7 @@ def _label(names: list[str]) -> str:
     runs: dict[str, list[str]] = {}
     for name in names:
         base, _, param = name.removeprefix("test_").partition("[")
-        rules = re.match(r"((?:[RSE]\d+_)+)", base)
+        rules = re.match(r"((?:[RSEKC]\d+_)+)", base)
         label = "contract " + rules.group(1).rstrip("_") if rules else base
         runs.setdefault(label, []).extend([param.rstrip("]")] if param else [])
     return "<br>".join(f"{k} ({', '.join(v)})" if v else k for k, v in runs.items())
@@ -649,8 +742,23 @@ def table(outcomes: list[Outcome]) -> str:
     ]
     order = [f"{m.rule} | {m.bug}" for m in MUTANTS]
     for key, row in sorted(cells.items(), key=lambda item: order.index(item[0])):
-        lines.append(f"| {key} | " + " | ".join(row.get(c, "n/a") for c in combos) + " |")
+        mutant = MUTANTS[order.index(key)]
+        lines.append(
+            f"| {key} | "
+            + " | ".join(row.get(c, absent_cell(c, mutant.applies, mutant.file)) for c in combos)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def absent_cell(combo: str, applies: Callable[[Options], bool], module: str) -> str:
+    """The cell of a case that did not run: left to the combinations without compile, or n/a."""
+    from tests.conftest import COMBOS, combo_id
+
+    options = next((o for o in [*COVERING, *COMBOS] if combo_id(o) == combo), None)
+    if options is not None and applies(options) and not needed(options, applies, module):
+        return AS_WITHOUT_COMPILE
+    return "n/a"
 
 
 def write_table(outcomes: list[Outcome], path: Path = tables.MUTATION_TABLE) -> None:
@@ -682,16 +790,47 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--rule", action="append", default=[], metavar="RULE",
+        help="only the mutants of this rule, e.g. --rule K1 (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bug", metavar="TEXT", help="only the mutants whose bug or slug contains TEXT"
+    )
+    parser.add_argument(
+        "--combo", action="append", default=[], metavar="ID",
+        help="only the combinations whose id is ID, or matches it as a regular expression "
+        "(repeatable), e.g. --combo 'tc$'",
+    )  # fmt: skip
+    parser.add_argument(
+        "--list", action="store_true", help="list the cases the filters select, and run nothing"
+    )
     args = parser.parse_args(argv)
 
+    def chosen(mutant: Mutant) -> bool:
+        if args.rule and mutant.rule not in args.rule:
+            return False
+        return not args.bug or args.bug in mutant.bug or args.bug in mutant.slug
+
+    combos = [
+        o for o in (COMBOS if args.all else COVERING)
+        if not args.combo or any(re.fullmatch(c, combo_id(o)) or re.search(c, combo_id(o))
+                                 for c in args.combo)
+    ]  # fmt: skip
+    if args.list:
+        for options in combos:
+            for mutant in MUTANTS:
+                if needed(options, mutant.applies, mutant.file) and chosen(mutant):
+                    print(f"{combo_id(options)}: {mutant.rule} {mutant.bug}")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         jobs = []
-        for options in COMBOS if args.all else COVERING:
+        for options in combos:
             combo = combo_id(options)
             project = render(Path(tmp) / "projects" / f"mut-{combo}", options).dest
             package = project.name.replace("-", "_")
             for mutant in MUTANTS:
-                if mutant.applies(options):
+                if needed(options, mutant.applies, mutant.file) and chosen(mutant):
                     work = Path(tmp) / "work" / f"{combo}-{mutant.slug}"
                     jobs.append((project, package, mutant, combo, work))
         with ThreadPoolExecutor(args.jobs) as pool:

@@ -108,6 +108,20 @@ def test_quick_ema_benchmark_writes_its_table(tmp_path):
         assert re.search(row + rf"(\| {number} ){{4}}\| \d+\.\d%", table), task
 
 
+def test_quick_warmup_benchmark_writes_its_table(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/warmup_cost.py", "--quick", "--out", str(tmp_path)], REPO, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "warmup_cost.md").read_text()
+    assert "Command: `python benchmarks/warmup_cost.py --quick --out " in table
+    number = r"-?\d+\.\d\d \(-?\d+\.\d\d--?\d+\.\d\d\)"
+    for task in TASKS:
+        for schedule in ("WarmupCosine (cosine)", "LinearWarmup (plateau)"):
+            row = rf"\| {re.escape(task)} \| {re.escape(schedule)} \| [\d,]+ parameters; [^|]+"
+            assert re.search(row + rf"(\| {number} ){{4}}\| \d+\.\d%", table), (task, schedule)
+
+
 def test_quick_epoch_costs_benchmark_writes_its_table(tmp_path):
     result = run(
         [PYTHON, "benchmarks/epoch_costs.py", "--quick", "--out", str(tmp_path)],
@@ -174,3 +188,33 @@ def test_quick_export_speed_benchmark_writes_its_table(tmp_path):
         for batch in (r"\d+", "1"):
             row = rf"\| {re.escape(task)} \| {batch} \| {number} \| {number} \| {number} \| "
             assert re.search(row + r"\d+\.\d\dx \|", table), (task, batch)
+
+
+def test_quick_compile_benchmark_writes_its_table(tmp_path):
+    # One task: compiling with an empty cache takes most of a minute on its own.
+    command = ["benchmarks/compile.py", "--quick", "--tasks", "classification"]
+    result = run([PYTHON, *command, "--out", str(tmp_path)], REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "compile.md").read_text()
+    assert "Command: `python benchmarks/compile.py --quick --tasks classification" in table
+    rate = r"\d+\.\d \(\d+\.\d-\d+\.\d\)"
+    row = r"\| classification \| [\d,]+ parameters; [^|]+\| -?\d+\.\d \| \d+ "
+    ratio = r"\d+\.\d\d \(\d+\.\d\d-\d+\.\d\d\)"
+    assert re.search(rf"{row}\| {rate} \| {rate} \| {ratio} \|", table), table
+
+
+def test_quick_tracking_cost_benchmark_writes_its_table(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/tracking_cost.py", "--quick", "--out", str(tmp_path)],
+        REPO,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "tracking_cost.md").read_text()
+    assert "Command: `python benchmarks/tracking_cost.py --quick --out " in table
+    number = r"\d+\.\d\d \(\d+\.\d\d-\d+\.\d\d\)"
+    for task in TASKS:
+        # The untracked fit's seconds, the six ratios, and the milliseconds one epoch's send takes.
+        row = rf"\| {re.escape(task)} \| [^|]+; \d+ epochs \|" + rf" {number} \|" * 7
+        assert re.search(row + r" \d+\.\d \|", table), task
+    assert re.search(r"Alembic \d+\.\d\d s; .* a new one .* \d+\.\d\d s, an existing one", table)

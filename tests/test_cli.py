@@ -60,8 +60,8 @@ def test_without_a_terminal_defaults_are_taken_and_nothing_waits(tmp_path):
 def test_interactive_run_asks_each_question(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
     # task, scheduler, plateau patience, amp, clip, max grad norm, grad accum, warm-up steps,
-    # early stopping, patience, distributed, ema, ema decay, seed
-    typed = "regression\nplateau\n3\ny\ny\n2.5\n3\n100\ny\n6\ny\ny\n0.99\n7\n"
+    # early stopping, patience, distributed, ema, ema decay, compile, seed
+    typed = "regression\nplateau\n3\ny\ny\n2.5\n3\n100\ny\n6\ny\ny\n0.99\ny\n7\n"
     result = invoke("new", str(tmp_path / "asked"), "--no-smoke", input=typed)
     assert result.exit_code == 0, result.output
     asked = tmp_path / "asked"
@@ -70,14 +70,15 @@ def test_interactive_run_asks_each_question(tmp_path, monkeypatch):
     assert answers(asked, "grad_accum", "warmup_steps") == (3, 100)
     assert answers(asked, "early_stopping", "patience", "seed") == (True, 6, 7)
     assert answers(asked, "distributed", "ema", "ema_decay") == (True, True, 0.99)
+    assert answers(asked, "compile") == (True,)
     assert "What the model predicts" in result.output  # each question comes with its explanation
 
 
 def test_interactive_run_asks_again_for_an_invalid_patience(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
     # task, scheduler, plateau patience 6, amp, clip, grad accum, warm-up steps, early
-    # stopping, patience 4 (refused), 8, distributed, ema, seed
-    typed = "classification\nplateau\n6\nn\nn\n\n\ny\n4\n8\n\n\n\n"
+    # stopping, patience 4 (refused), 8, distributed, ema, compile, seed
+    typed = "classification\nplateau\n6\nn\nn\n\n\ny\n4\n8\n\n\n\n\n"
     result = invoke("new", str(tmp_path / "again"), "--no-smoke", input=typed)
     assert result.exit_code == 0, result.output
     assert "  must be larger than the plateau patience (6), or training stops" in result.output
@@ -87,7 +88,7 @@ def test_interactive_run_asks_again_for_an_invalid_patience(tmp_path, monkeypatc
 
 def test_interactive_run_skips_questions_answered_by_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "stdin_is_interactive", lambda: True)
-    typed = "n\nn\n\n\nn\nn\n\n"  # amp, clip, accum, warm-up, ddp, ema, seed (Enter: default)
+    typed = "n\nn\n\n\nn\nn\n\n\n"  # amp, clip, accum, warm-up, ddp, ema, compile, seed
     result = invoke(
         "new", str(tmp_path / "half"), "--task", "classification", "--scheduler", "cosine",
         "--early-stopping", "--patience", "3", "--no-smoke", input=typed,

@@ -36,6 +36,11 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 # SIGTERM-to-torchrun race (rank 1, stopping first, removed rank 0's temporary file or the
 # empty --out while rank 0 saved into it) was fixed on 2026-12-03.
 KNOWN_FLAKY: tuple[str, ...] = ()
+# Generated test files of shared code (byte-identical in every render: test_render's
+# SHARED_FILES) whose behaviour depends only on the task, and which are expensive: they run in
+# ONE_PER_TASK's suites only. test_tune.py runs about twenty short trainings in child processes
+# (a minute and a half of CPU); tune.py drives the task's own train command and nothing else.
+ONCE_PER_TASK: tuple[str, ...] = ("tests/test_tune.py",)
 
 
 def run_suite(project, marks: str | None, options=None):
@@ -46,6 +51,8 @@ def run_suite(project, marks: str | None, options=None):
             command += ["--deselect", node]
     if options is not None and options.distributed:
         command += [f"--deselect={node}" for node in KNOWN_FLAKY]
+    if options is not None and options not in ONE_PER_TASK:
+        command += [f"--deselect={path}" for path in ONCE_PER_TASK]
     result = run(command, project, env=project_env(), timeout=1200)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
@@ -70,6 +77,7 @@ def test_generated_suite_passes(render_combo, options, marks):
     summary = run_suite(render_combo(options).dest, marks, options)
     known = [node for combo, node in KNOWN_FAILURES if combo == combo_id(options)]
     known += list(KNOWN_FLAKY) if options.distributed else []
+    known += list(ONCE_PER_TASK) if options not in ONE_PER_TASK else []
     if marks == ALL:
         assert (" deselected" in summary) == bool(known), summary
 
@@ -99,6 +107,10 @@ def test_train_command_writes_metrics_and_checkpoints(render_combo, options):
     # A seed of its own per combination, so a result that holds only for one seed shows up.
     seed = str(101 + 37 * COMBOS.index(options))
     command = [PYTHON, "-m", f"{package}.train", "--epochs", "3", "--out", "run", "--seed", seed]
+    if options.compile and options not in COVERING:
+        # Compiling takes most of a minute a run: the covering set's compile combinations train
+        # compiled here, the wider renders (the proof tier's) train eager.
+        command += ["--set", "compile=false"]
     result = run(command, project, env=project_env())
     assert result.returncode == 0, result.stderr
     with open(project / "run" / "metrics.csv", newline="") as f:

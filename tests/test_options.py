@@ -153,7 +153,7 @@ def test_boundary_values_are_accepted(options):
 
 def test_answers_carry_follow_up_values_only_when_switched_on():
     basic = {"task", "scheduler", "amp", "clip", "grad_accum", "warmup_steps", "early_stopping"}
-    basic |= {"distributed", "ema", "seed"}
+    basic |= {"distributed", "ema", "compile", "seed"}
     assert set(Options().answers()) == basic
     full = Options(scheduler="plateau", clip=True, early_stopping=True, ema=True).answers()
     assert set(full) == basic | {"plateau_patience", "max_grad_norm", "patience", "ema_decay"}

@@ -79,13 +79,18 @@ def no_git_identity(monkeypatch, tmp_path):
     return home
 
 
-def dev_requirements(project) -> list[str]:
+def extras(project) -> dict[str, list[str]]:
+    """The project's optional dependencies: each extra and its requirements."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
-    return pyproject["project"]["optional-dependencies"]["dev"]
+    return pyproject["project"]["optional-dependencies"]
+
+
+def dev_requirements(project) -> list[str]:
+    return extras(project)["dev"]
 
 
 def workflow_steps(project) -> list[dict]:
@@ -128,6 +133,18 @@ def test_pre_commit_runs_ruff_check_with_fixes_then_ruff_format(tmp_path, option
     # The pinned ruff is one the project's dev extra allows: the hooks and CI agree on rules.
     (ruff,) = [Requirement(r) for r in dev_requirements(project) if r.startswith("ruff")]
     assert repo["rev"].startswith("v") and ruff.specifier.contains(repo["rev"][1:])
+
+
+@pytest.mark.parametrize("options", ONE_PER_TASK, ids=combo_id)
+def test_the_dev_extra_the_workflow_installs_holds_every_extra_the_tests_use(tmp_path, options):
+    # The probes export to ONNX, read TensorBoard's events, draw curves, log to MLflow and run
+    # sweeps; a package missing from .[dev] would leave CI with skipped tests, or failing ones.
+    optional = extras(render(tmp_path / "proj", options).dest)
+    assert set(optional) == {"tensorboard", "plot", "export", "tune", "mlflow", "dev"}
+    dev = {Requirement(r).name for r in optional["dev"]}
+    for name, requirements in optional.items():
+        assert {Requirement(r).name for r in requirements} <= dev, name
+    assert {"mlflow-skinny", "sqlalchemy", "alembic", "optuna"} <= dev and "mlflow" not in dev
 
 
 @pytest.mark.parametrize("options", ONE_PER_TASK, ids=combo_id)

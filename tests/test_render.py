@@ -4,6 +4,7 @@ The combinations come from the option definitions (tests/conftest.py), so a new 
 rendered, linted and imported here in every combination without a change to this file.
 """
 
+import ast
 import dataclasses
 import itertools
 import json
@@ -18,6 +19,8 @@ from tests.conftest import (
     COMBOS,
     COVERING,
     FACTORS,
+    LATE,
+    LATE_SWITCHES,
     PYTHON,
     RENDERED,
     TASK_IDS,
@@ -55,11 +58,15 @@ SHARED_FILES = (
     "src/{package}/plot.py",
     "src/{package}/predict.py",
     "src/{package}/seed.py",
+    "src/{package}/tracking.py",
     "src/{package}/train.py",
+    "src/{package}/tune.py",
     "tests/loop_recorder.py",
     "tests/test_contract.py",
     "tests/test_export.py",
     "tests/test_predict.py",
+    "tests/test_tracking.py",
+    "tests/test_tune.py",
     "tests/test_watch.py",
 )
 
@@ -81,8 +88,11 @@ def test_combinations_are_the_product_of_every_choice_and_switch():
     # each yes/no question, multiplies the combinations.
     # The code numbers (CODE_NUMBERS: int options that decide which code is rendered) add two
     # values each.
+    # The late switches (LATE_SWITCHES: compile) come first in the product, with the numbers.
     shaping = [q for q in OPTIONS.values() if q.choices or q.type is bool]
-    assert [q.name for q in shaping] == [name for name in FACTORS if name not in CODE_NUMBERS]
+    assert [q.name for q in shaping if q.name not in LATE] == [n for n in FACTORS if n not in LATE]
+    assert list(FACTORS)[: len(LATE)] == [*reversed(LATE_SWITCHES), *CODE_NUMBERS]
+    assert all(OPTIONS[name].type is bool for name in LATE_SWITCHES)
     assert {"task", "scheduler", "amp", "clip", "early_stopping", "distributed"} <= set(FACTORS)
     assert {"grad_accum", "warmup_steps"} <= set(CODE_NUMBERS) <= set(FACTORS)
     for name, value in CODE_NUMBERS.items():
@@ -106,8 +116,9 @@ def test_combo_ids_are_unique_and_make_valid_package_names():
     assert ids[0] == "cla-cosine-fp32-noclip-noes-noddp-noema"
     for options, name in zip(COMBOS, ids, strict=True):
         # A code number's word only where it is not its default: the ids without it stay.
-        numbers = sum(getattr(options, n) != FACTORS[n][0] for n in CODE_NUMBERS)
-        assert len(name.split("-")) == len(FACTORS) - len(CODE_NUMBERS) + numbers, name
+        # A late switch's word likewise, only when it is on.
+        numbers = sum(getattr(options, n) != FACTORS[n][0] for n in LATE)
+        assert len(name.split("-")) == len(FACTORS) - len(LATE) + numbers, name
         assert re.fullmatch(r"proj_[a-z0-9_]+", package_of(options)), name  # or UsageError
 
 
@@ -141,11 +152,16 @@ def test_the_covering_set_covers_every_pair_of_values_in_few_combinations():
     # The code numbers add sets to the set without them, which stays as it was: grad_accum and
     # warmup_steps add one per task (each value's pair with a task needs its own set), and one
     # more for the pairs of the two numbers (accumulation without a warm-up and the reverse).
-    plain = [o for o in COMBOS if all(getattr(o, n) == FACTORS[n][0] for n in CODE_NUMBERS)]
-    rest = [name for name in FACTORS if name not in CODE_NUMBERS]
+    # compile, which joined after them, adds one set per task to the set chosen without it.
+    plain = [o for o in COMBOS if all(getattr(o, n) == FACTORS[n][0] for n in LATE)]
+    rest = [name for name in FACTORS if name not in LATE]
     without = covering_set(plain, rest)
-    assert COVERING[: len(without)] == without
-    assert len(COVERING) - len(without) == len(TASKS) + 1, [combo_id(o) for o in COVERING]
+    eager = [o for o in COMBOS if all(getattr(o, n) == FACTORS[n][0] for n in LATE_SWITCHES)]
+    with_numbers = covering_set(eager, [n for n in FACTORS if n not in LATE_SWITCHES])
+    assert with_numbers[: len(without)] == without
+    assert len(with_numbers) - len(without) == len(TASKS) + 1, list(map(combo_id, with_numbers))
+    assert COVERING[: len(with_numbers)] == with_numbers
+    assert len(COVERING) - len(with_numbers) == len(TASKS), [combo_id(o) for o in COVERING]
 
 
 def test_the_three_way_set_covers_every_three_values_and_the_tiers_split_the_renders():
@@ -263,7 +279,9 @@ def test_every_module_imports_and_every_test_file_collects(render_combo, options
     # Nor the code numbers: grad_accum and warmup_steps are settings in the checkpoint's
     # config, which a resume checks with the other settings; a warm-up's schedule has another
     # state than an epoch scheduler's, so `warmup` is recorded, when on.
-    skipped = {"distributed", *CODE_NUMBERS}
+    # Nor compile: compiled and eager runs save the same states (C4), and `compile` is a
+    # setting, changeable on resume.
+    skipped = {"distributed", *CODE_NUMBERS, *LATE_SWITCHES}
     recorded = {name: getattr(options, name) for name in FACTORS if name not in skipped}
     if not options.ema:
         del recorded["ema"]
@@ -334,6 +352,9 @@ def test_code_exists_only_for_the_chosen_options(render_combo, options):
     assert ("epochs_without_improvement" in train) == options.early_stopping
     assert ("WeightAverage" in train) == ("ema_decay" in config) == options.ema
     assert (package / "ema.py").exists() == options.ema
+    assert ("compile_model" in train) == ("compile: bool" in config) == options.compile
+    assert (package / "compiling.py").exists() == options.compile
+    assert "torch.compile" not in train + engine  # only compiling.py calls it
     # No flags checked at run time for options that were decided at generation time.
     for word in ("use_amp", "if cfg.clip", "early_stopping:", "if cfg.scheduler"):
         assert word not in engine + train + config, word
@@ -351,6 +372,20 @@ def test_numeric_answers_land_in_the_config(render_combo, options):
     kinds["ema_decay"] = "float"
     for name, value in wanted.items():
         assert re.search(rf"^    {name}: {kinds[name]} = {re.escape(value)}\b", config, re.M), name
+
+
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
+def test_template_options_are_the_answers_the_project_was_rendered_with(render_combo, options):
+    # MLflow tags each run with them: every answer but the names, a follow-up only with its switch.
+    package = render_combo(options).dest / "src" / package_of(options)
+    tree = ast.parse((package / "__init__.py").read_text())
+    (assigned,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == "TEMPLATE_OPTIONS"
+    ]
+    assert ast.literal_eval(assigned) == options.answers()
 
 
 @pytest.mark.parametrize("task", TASKS)

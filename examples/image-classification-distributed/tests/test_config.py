@@ -75,6 +75,7 @@ BAD_VALUES = [
         "val_batch_size must be between 0 (4 x batch_size) and 100000000",
     ),
     ("device=tpu", 'device = "tpu"', "device must be auto, cpu or cuda"),
+    ("tracking=wandb", 'tracking = "wandb"', "tracking must be none or mlflow"),
     (
         "checkpoint_every_s=-1",
         "checkpoint_every_s = -1.0",

@@ -293,13 +293,21 @@ def test_the_memory_budget_decides_between_memory_and_streaming(image_cfg, tmp_p
     cfg = dataclasses.replace(image_cfg, data=str(root), image_size=512, memory_budget_mb=1)
     data = load_data(cfg)
     assert data.train.images is not None and len(data.train) + len(data.val) == 4
-    assert capsys.readouterr().out.startswith("data: in memory: 4 images (1.0 MiB) decoded")
+    said = capsys.readouterr().out
+    assert said.startswith("data: in memory: 4 images (1.0 MiB) decoded"), said
+    assert said.endswith("; 2 classes (cat, dog)\n"), said
     make_folder(root, per_class=3)  # 6 images: 1.5 MiB
     data = load_data(cfg)
     assert data.train.images is None and len(data.train) + len(data.val) == 6
     said = capsys.readouterr().out
     assert said.count("\n") == 1 and said.startswith("data: streaming 6 images from disk"), said
-    assert "1.5 MiB" in said and "1.0 MiB" in said
+    assert "1.5 MiB" in said and "1.0 MiB" in said and said.endswith("; 2 classes (cat, dog)\n")
+    for name in ("bird", "cow", "eel", "fox"):  # six classes: five named, and "..."
+        for i in range(2):
+            write_image(root / name / f"{i}.png", 50 + i)
+    load_data(cfg)
+    said = capsys.readouterr().out
+    assert said.endswith("; 6 classes (bird, cat, cow, dog, eel, ...)\n"), said
 
 
 # ---------------------------------------------------------------------------------------------

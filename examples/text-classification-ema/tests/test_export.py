@@ -79,8 +79,9 @@ def prepared(predictor, data: str, batch_size: int) -> list[tuple[torch.Tensor, 
 
 def compare(run_exported, predictor, data: str, spec: dict) -> None:
     """run_exported (inputs -> outputs) against the PyTorch model on every sample of the file,
-    in each batch size, and against predict's own outputs for the file; then at the largest
-    size of each dimension that has one (the documents' max_length)."""
+    in each batch size, and against predict's own outputs for the file; then each dynamic
+    dimension besides the batch's cut to 1-3 positions, and at the largest size of each
+    dimension that has one (the documents' max_length)."""
     _, split = predictor.inputs.read(data, predictor.task, labelled=False)
     expected = predictor.outputs(split)  # predict's path: its batches, inference mode
     sizes = [set() for _ in spec["shape"]]
@@ -97,6 +98,16 @@ def compare(run_exported, predictor, data: str, spec: dict) -> None:
             outputs[positions] = got
         torch.testing.assert_close(outputs, expected, atol=ATOL, rtol=RTOL)
     for axis, size in enumerate(spec["shape"]):
+        if isinstance(size, str) and axis > 0:  # a dynamic dimension besides the batch's:
+            # also cut to its first 1, 2 and 3 positions (padded batches may all share a
+            # few lengths, e.g. powers of two)
+            inputs = prepared(predictor, data, 3)[0][0]
+            for length in (1, 2, 3):
+                cut = inputs.narrow(axis, 0, length)
+                sizes[axis].add(length)
+                with torch.inference_mode():
+                    reference = predictor.model(cut).float()
+                torch.testing.assert_close(run_exported(cut), reference, atol=ATOL, rtol=RTOL)
         if isinstance(size, str):  # a dynamic dimension ran in several sizes
             assert len(sizes[axis]) >= 3, (size, sizes[axis])
         if size in spec.get("max", {}):  # and in its largest: real inputs repeated to it

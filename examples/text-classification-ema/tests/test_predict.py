@@ -359,7 +359,8 @@ def _edit(checkpoint: dict, where: tuple[str, ...], rng: random.Random) -> str:
 
 
 # Entries that nothing reads back for prediction or resuming, so a run may go on without them.
-UNREAD = {("template_version",), ("global_step",)}
+# Without mlflow_run_id a resume is untracked, or logs a new MLflow run, as after an untracked run.
+UNREAD = {("template_version",), ("global_step",), ("mlflow_run_id",)}
 
 
 @pytest.mark.probe

@@ -538,7 +538,7 @@ def test_a_full_disk_during_the_run_keeps_the_last_whole_checkpoint(
     real_save = torch.save
 
     def disk_full_in_epoch_3(state, f):
-        if state["epoch"] == 3:
+        if state.get("epoch") == 3:  # a checkpoint's write; nothing else
             f.write(b"the first bytes")
             raise OSError(28, "No space left on device")
         real_save(state, f)
@@ -576,8 +576,11 @@ def test_a_run_clears_stale_temporaries_and_first_prints_its_size(tmp_path, caps
     count = int(found.group(1).replace(",", ""))
     saved = sum(t.numel() for t in load_checkpoint(out / "last.pt")["model"].values())
     assert 0 < count <= saved
-    # Float32 weights, their average (E3) and AdamW's two moments: 4 copies of 4 bytes each.
-    assert found.group(2) == train.human_size(4 * 4 * count)
+    # The estimate, made before anything trained, is the size last.pt has (within 10%).
+    number, unit = found.group(2).split()
+    scale = {"bytes": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
+    real = (out / "last.pt").stat().st_size
+    assert abs(float(number) * scale - real) <= 0.1 * real, (found.group(2), real)
 
 
 def test_sizes_read_as_people_write_them():

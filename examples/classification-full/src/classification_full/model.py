@@ -12,6 +12,14 @@ from torch.nn import functional as F
 ONE_HOT_MAX = 16
 
 
+# The model settings a sweep tunes (tune.py), and their ranges.
+SEARCH_SPACE = {
+    "hidden_dim": {"choices": [32, 64, 128, 256]},
+    "num_layers": {"low": 1, "high": 4},
+    "dropout": {"low": 0.0, "high": 0.5},
+}
+
+
 @dataclass
 class ModelSettings:
     """The model's settings; Config inherits them."""

@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import io
 import math
+import pickle
 import signal
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import TEMPLATE_VERSION
+from . import TEMPLATE_VERSION, tracking
 from .checkpoint import (
     CheckpointError,
     copy_to_cpu,
@@ -28,6 +29,7 @@ from .checkpoint import (
     save_checkpoint,
     write_atomically,
 )
+from .compiling import compile_model, require_compiler
 from .config import Config, ConfigError, dump_config, load_config
 from .data import DATA_FLAGS, Batches, DataError, load_data
 from .engine import NonFiniteLoss, evaluate, train_one_epoch
@@ -73,8 +75,10 @@ CHANGEABLE_ON_RESUME = (
     "out",
     "progress",
     "tensorboard",
+    "tracking",
     "checkpoint_every_s",
     "val_batch_size",
+    "compile",  # C4: compiled and eager runs save the same state, so either resumes the other
 )
 
 
@@ -257,8 +261,10 @@ class RunWriter:
     best.pt always holds the best of the epochs up to last.pt's (R13).
     """
 
-    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0) -> None:
+    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0, after_write=None) -> None:
         self.out, self.every_s, self.saved_epoch = out, every_s, saved_epoch
+        # Called with the history once last.pt and metrics.csv hold it (MLflow's logging).
+        self.after_write = after_write
         self.written_at = time.monotonic()
         self.pending: dict | None = None  # the newest epoch's state, when not yet written
         self.best: dict | None = None  # the best epoch's state, when best.pt lacks it
@@ -307,6 +313,8 @@ class RunWriter:
             link_checkpoint(self.out / "last.pt", self.out / "best.pt")
         write_metrics(self.out / "metrics.csv", state["history"])
         self.written_at = time.monotonic()
+        if self.after_write is not None:
+            self.after_write(state["history"])
 
 
 def format_row(row: dict, improved: bool, seconds: float, epochs: int) -> str:
@@ -351,11 +359,49 @@ def human_size(n_bytes: float) -> str:
     return f"{n_bytes:.0f} bytes" if units[0] == "bytes" else f"{n_bytes:.1f} {units[0]}"
 
 
-def describe_size(model: torch.nn.Module) -> str:
-    """One line with the parameter count and the size of a checkpoint, before anything trains."""
+# What torch.save's zip archive spends on each tensor besides its bytes: the record's headers,
+# its name twice and the padding that aligns its data to 64 bytes (about 250 bytes a tensor,
+# measured with torch 2.13 on the four tasks' models).
+TENSOR_RECORD_BYTES = 250
+
+
+def saved_size(value) -> int:
+    """About the bytes torch.save writes for nested dicts, lists and tuples of tensors and plain
+    values: each tensor's bytes and archive record, and the rest pickled (pickle alone would
+    hand the tensors to torch.save: an estimate writes nothing)."""
+    tensors: list[torch.Tensor] = []
+
+    def plain(item):
+        if isinstance(item, torch.Tensor):
+            tensors.append(item)
+            return None
+        if isinstance(item, dict):
+            return {key: plain(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [plain(inner) for inner in item]
+        return item
+
+    rest = len(pickle.dumps(plain(value)))
+    return rest + sum(t.numel() * t.element_size() + TENSOR_RECORD_BYTES for t in tensors)
+
+
+def describe_size(model: torch.nn.Module, fixed: dict) -> str:
+    """One line with the parameter count and the size of a checkpoint, before anything trains.
+
+    The weights and AdamW's moments are counted (they do not exist yet); `fixed`, the parts of
+    a checkpoint that do not grow with training (settings, the data's state, the random
+    streams), is measured as torch.save would write it."""
     count = sum(p.numel() for p in model.parameters())
-    # The weights and AdamW's two moment buffers per weight; the rest of a checkpoint is small.
-    size = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    state = model.state_dict()  # parameters and buffers (BatchNorm's statistics)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    copies = 1
+    tensors = copies * len(state) + 3 * len(trained)  # AdamW: two moments and a step count each
+    size = (
+        copies * sum(t.numel() * t.element_size() for t in state.values())
+        + 2 * sum(p.numel() * p.element_size() for p in trained)
+        + TENSOR_RECORD_BYTES * tensors
+        + saved_size(fixed)
+    )
     return f"model: {count:,} parameters; each checkpoint about {human_size(size)}"
 
 
@@ -530,8 +576,8 @@ def apply_resume_settings(
     scheduler.factor, scheduler.patience = cfg.plateau_factor, cfg.plateau_patience
     scheduler.min_lrs = [cfg.min_lr for _ in optimizer.param_groups]
     note = ""
-    # What is shown (a progress bar, TensorBoard files) is no change to the run: not reported.
-    told = [key for key in changed if key not in ("progress", "tensorboard")]
+    # What is shown (a progress bar, TensorBoard, MLflow) is no change to the run: not reported.
+    told = [key for key in changed if key not in ("progress", "tensorboard", "tracking")]
     what = ", ".join(f"{key} {saved.get(key)} -> {getattr(cfg, key)}" for key in told)
     return f"resuming after epoch {epoch}" + (f" with {what}" if what else "") + note
 
@@ -554,7 +600,9 @@ def fit(
     """Train as configured, resuming from `checkpoint` if given; returns the model and history.
 
     A fresh run replaces the run files already in cfg.out; with overwrite=False (the command
-    line without --overwrite) it refuses to start instead.
+    line without --overwrite) it refuses to start instead. With tracking = "mlflow", the
+    result's "tracker" is its MLflow run, left open for its files: run() draws curves.png, then
+    ends it with result["tracker"].end().
     """
     out = Path(cfg.out)
     checkpoint_path = Path(checkpoint_path or out / "last.pt")
@@ -563,7 +611,11 @@ def fit(
         check_resume_settings(cfg, checkpoint, checkpoint_path)
     # An optional extra: imported only when asked for, and refused before --out is touched.
     summary_writer = load_summary_writer() if cfg.tensorboard else None
+    if cfg.compile:  # one line before --out is touched, not a traceback at the first step
+        require_compiler(resolve_device(cfg.device))
     val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
+    # MLflow too, and a server it cannot reach is refused before --out is touched.
+    store = tracking.connect(out) if cfg.tracking == "mlflow" else None
     prepare_out(out, overwrite=overwrite, checkpoint=checkpoint, checkpoint_path=checkpoint_path)
 
     seed_everything(cfg.seed, cfg.deterministic)  # S1: before any data, weights or batch order
@@ -576,12 +628,18 @@ def fit(
     model = build_model(cfg, data.input_shape, data.task.output_dim)
     model.to(device)  # R1: before the optimizer is built, so it holds the parameters in use
     optimizer = build_optimizer(model, cfg)
+    # K1: the forward passes go through the compiled module, which shares the model's
+    # parameters; C4: checkpoints save `model` itself, without the "_orig_mod." prefix.
+    compiled = compile_model(model) if cfg.compile else model
     steps_per_epoch = len(train_batches)  # one optimizer step per batch
     scheduler = build_scheduler(optimizer, cfg)
     amp_dtype = autocast_dtype(cfg.amp_dtype, device)
     # R6: fp16 needs loss scaling to keep small gradients; bf16 has fp32's range and needs none.
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    print(describe_size(model), flush=True)
+    # The parts of every checkpoint that training does not grow, for the size estimate.
+    fixed = {"config": dataclasses.asdict(cfg), "data": data.state_dict(), "rng": rng_state()}
+    fixed.update(batch_rng=train_batches.generator.get_state(), project=PROJECT)
+    print(describe_size(model, fixed), flush=True)
 
     # Each run has an id, saved in its checkpoints: a resumed run knows its own best.pt.
     run_id, start_epoch, best_epoch, best_val_loss, history = uuid.uuid4().hex, 1, 0, math.inf, []
@@ -620,8 +678,16 @@ def fit(
         # One step per epoch; purge_step hides the events an earlier run in this folder logged
         # from this epoch on (those a resumed run trains again, or an overwritten run's).
         writer = summary_writer(str(out / "tensorboard"), purge_step=start_epoch)
+    # The MLflow run: the checkpoint's, continued, or a new one (nothing trains before it).
+    tracker = tracking.start_run(store, cfg, checkpoint) if store is not None else None
+    # In every checkpoint, tracked or not: a later resume with tracking continues the MLflow run.
+    mlflow_run_id = tracker.run_id if tracker is not None else ""
+    if tracker is None and checkpoint is not None:
+        mlflow_run_id = checkpoint.get("mlflow_run_id", "")
 
-    files = RunWriter(out, cfg.checkpoint_every_s, saved_epoch=start_epoch - 1)
+    # MLflow gets each epoch once last.pt holds it: a killed run leaves it behind, never ahead.
+    log_epochs = tracker.log_epochs if tracker is not None else None
+    files = RunWriter(out, cfg.checkpoint_every_s, start_epoch - 1, after_write=log_epochs)
     settings, data_state = dataclasses.asdict(cfg), data.state_dict()  # the same every epoch
     epoch, bar = start_epoch, None
     try:
@@ -630,7 +696,7 @@ def fit(
             lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
             bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch) if show_bar else None
             train = train_one_epoch(
-                model,
+                compiled,
                 train_batches,
                 optimizer,
                 data.task,
@@ -646,7 +712,7 @@ def fit(
             broken = [k for k, v in model.state_dict().items() if not v.isfinite().all()]
             if broken:
                 raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
-            val = evaluate(model, val_batches, data.task, amp_dtype=amp_dtype)
+            val = evaluate(compiled, val_batches, data.task, amp_dtype=amp_dtype)
             if not math.isfinite(val["loss"]):
                 raise NonFiniteLoss("validation", val["loss"])
             scheduler.step(val["loss"])  # R8: once per epoch, with this epoch's validation loss
@@ -680,6 +746,7 @@ def fit(
                 "config": settings,
                 "data": data_state,
                 "run_id": run_id,
+                "mlflow_run_id": mlflow_run_id,
                 "project": PROJECT,
                 "template_version": TEMPLATE_VERSION,
             }
@@ -703,14 +770,20 @@ def fit(
         # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
         remove_stale_temporaries(out)
         saved = (out / "last.pt").exists()
+        if tracker is not None:
+            tracker.end("KILLED")  # the files saved so far; a second Ctrl-C skips them
         raise Interrupted(epoch, saved=saved, signum=stop_signal(err)) from None
     except OSError as err:  # a full disk, or --out removed during the run
+        if tracker is not None:
+            tracker.end("FAILED")
         raise ConfigError(
             f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
         ) from None
     except NonFiniteLoss as err:
         step = f", step {err.step} of {steps_per_epoch}" if err.step else ""  # optimizer steps
         files.flush_or_keep()  # the last good epoch, if it was kept in memory
+        if tracker is not None:
+            tracker.end("FAILED")
         raise TrainingDiverged(
             f"{err} at epoch {epoch}{step}; the run stopped and {files.kept()}; lower the "
             f"learning rate (lr {lr:.2e}) or check the data for extreme values"
@@ -729,6 +802,7 @@ def fit(
         "best_epoch": best_epoch,
         "best_val_loss": best_val_loss,
         "data": data,
+        "tracker": tracker,  # open: run() ends it once curves.png is drawn
     }
 
 
@@ -827,8 +901,12 @@ def run(argv: list[str] | None = None) -> int:
             remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
             raise
         seconds = time.perf_counter() - started
-        if have_matplotlib():  # an optional extra
-            write_curves([out], out / "curves.png")
+        try:
+            if have_matplotlib():  # an optional extra
+                write_curves([out], out / "curves.png")
+        finally:
+            if result["tracker"] is not None:
+                result["tracker"].end()  # the run's files, curves.png among them, in MLflow
     except (ConfigError, DataError, CheckpointError, PlotError) as err:
         if not getattr(err, "told_by_rank_0", False):  # rank 0 printed it already (M5)
             print(f"error: {err}", file=sys.stderr)

@@ -150,7 +150,9 @@ def load_data(cfg) -> Data:
             cache_dir=cfg.cache_dir or None,
             skip_bad=cfg.skip_bad,
         )
-        print(f"data: {folder.reason}", flush=True)  # which path the run takes, and why
+        # Which path the run takes and why, and the classes it found (as the other tasks say).
+        names = ", ".join(folder.classes[:5]) + (", ..." if len(folder.classes) > 5 else "")
+        print(f"data: {folder.reason}; {len(folder.classes)} classes ({names})", flush=True)
         if folder.skipped:
             print(
                 f"skipped {plural(len(folder.skipped), 'unreadable image')}, "

@@ -247,16 +247,17 @@ def barrier() -> None:
         dist.barrier()
 
 
-def share_outcome(ctx: Context, action) -> None:
-    """Run `action` on rank 0 only, and raise its error on every rank.
+def share_outcome(ctx: Context, action):
+    """Run `action` on rank 0 only, and raise its error on every rank; returns what it
+    returned on rank 0, None on the others.
 
     Rank 0 alone prepares the output folder; a refusal there must stop the other ranks too,
     at once, rather than leave them waiting for rank 0 until the timeout.
     """
-    error = None
+    error, result = None, None
     if ctx.is_main:
         try:
-            action()
+            result = action()
         except Exception as err:  # sent to every rank, raised on each below
             error = err
     if ctx.world_size > 1:
@@ -267,3 +268,4 @@ def share_outcome(ctx: Context, action) -> None:
             error.told_by_rank_0 = True  # one line of it on stderr, rank 0's
     if error is not None:
         raise error
+    return result

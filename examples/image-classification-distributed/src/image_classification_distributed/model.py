@@ -5,6 +5,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+# The model settings a sweep tunes (tune.py), and their ranges.
+SEARCH_SPACE = {
+    "width": {"choices": [8, 16, 32]},
+    "depth": {"low": 2, "high": 4},
+    "dropout": {"low": 0.0, "high": 0.5},
+}
+
 
 @dataclass
 class ModelSettings:

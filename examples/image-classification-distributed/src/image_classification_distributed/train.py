@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import io
 import math
+import pickle
 import signal
 import sys
 import tempfile
@@ -17,7 +18,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from . import TEMPLATE_VERSION
+from . import TEMPLATE_VERSION, tracking
 from .checkpoint import (
     CheckpointError,
     copy_to_cpu,
@@ -85,6 +86,7 @@ CHANGEABLE_ON_RESUME = (
     "out",
     "progress",
     "tensorboard",
+    "tracking",
     "checkpoint_every_s",
     "val_batch_size",
     "dist_timeout",
@@ -253,8 +255,10 @@ class RunWriter:
     best.pt always holds the best of the epochs up to last.pt's (R13).
     """
 
-    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0) -> None:
+    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0, after_write=None) -> None:
         self.out, self.every_s, self.saved_epoch = out, every_s, saved_epoch
+        # Called with the history once last.pt and metrics.csv hold it (MLflow's logging).
+        self.after_write = after_write
         self.written_at = time.monotonic()
         self.pending: dict | None = None  # the newest epoch's state, when not yet written
         self.best: dict | None = None  # the best epoch's state, when best.pt lacks it
@@ -303,6 +307,8 @@ class RunWriter:
             link_checkpoint(self.out / "last.pt", self.out / "best.pt")
         write_metrics(self.out / "metrics.csv", state["history"])
         self.written_at = time.monotonic()
+        if self.after_write is not None:
+            self.after_write(state["history"])
 
 
 def format_row(row: dict, improved: bool, seconds: float, epochs: int) -> str:
@@ -347,11 +353,49 @@ def human_size(n_bytes: float) -> str:
     return f"{n_bytes:.0f} bytes" if units[0] == "bytes" else f"{n_bytes:.1f} {units[0]}"
 
 
-def describe_size(model: torch.nn.Module) -> str:
-    """One line with the parameter count and the size of a checkpoint, before anything trains."""
+# What torch.save's zip archive spends on each tensor besides its bytes: the record's headers,
+# its name twice and the padding that aligns its data to 64 bytes (about 250 bytes a tensor,
+# measured with torch 2.13 on the four tasks' models).
+TENSOR_RECORD_BYTES = 250
+
+
+def saved_size(value) -> int:
+    """About the bytes torch.save writes for nested dicts, lists and tuples of tensors and plain
+    values: each tensor's bytes and archive record, and the rest pickled (pickle alone would
+    hand the tensors to torch.save: an estimate writes nothing)."""
+    tensors: list[torch.Tensor] = []
+
+    def plain(item):
+        if isinstance(item, torch.Tensor):
+            tensors.append(item)
+            return None
+        if isinstance(item, dict):
+            return {key: plain(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [plain(inner) for inner in item]
+        return item
+
+    rest = len(pickle.dumps(plain(value)))
+    return rest + sum(t.numel() * t.element_size() + TENSOR_RECORD_BYTES for t in tensors)
+
+
+def describe_size(model: torch.nn.Module, fixed: dict) -> str:
+    """One line with the parameter count and the size of a checkpoint, before anything trains.
+
+    The weights and AdamW's moments are counted (they do not exist yet); `fixed`, the parts of
+    a checkpoint that do not grow with training (settings, the data's state, the random
+    streams), is measured as torch.save would write it."""
     count = sum(p.numel() for p in model.parameters())
-    # The weights and AdamW's two moment buffers per weight; the rest of a checkpoint is small.
-    size = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    state = model.state_dict()  # parameters and buffers (BatchNorm's statistics)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    copies = 1
+    tensors = copies * len(state) + 3 * len(trained)  # AdamW: two moments and a step count each
+    size = (
+        copies * sum(t.numel() * t.element_size() for t in state.values())
+        + 2 * sum(p.numel() * p.element_size() for p in trained)
+        + TENSOR_RECORD_BYTES * tensors
+        + saved_size(fixed)
+    )
     return f"model: {count:,} parameters; each checkpoint about {human_size(size)}"
 
 
@@ -546,8 +590,8 @@ def apply_resume_settings(
             f"; cosine schedule rebuilt for {cfg.epochs} epochs: epoch {epoch + 1} trains at "
             f"lr {optimizer.param_groups[0]['lr']:.2e}, falling to {cfg.min_lr:.2e}"
         )
-    # What is shown (a progress bar, TensorBoard files) is no change to the run: not reported.
-    told = [key for key in changed if key not in ("progress", "tensorboard")]
+    # What is shown (a progress bar, TensorBoard, MLflow) is no change to the run: not reported.
+    told = [key for key in changed if key not in ("progress", "tensorboard", "tracking")]
     what = ", ".join(f"{key} {saved.get(key)} -> {getattr(cfg, key)}" for key in told)
     return f"resuming after epoch {epoch}" + (f" with {what}" if what else "") + note
 
@@ -570,7 +614,9 @@ def fit(
     """Train as configured, resuming from `checkpoint` if given; returns the model and history.
 
     A fresh run replaces the run files already in cfg.out; with overwrite=False (the command
-    line without --overwrite) it refuses to start instead.
+    line without --overwrite) it refuses to start instead. With tracking = "mlflow", the
+    result's "tracker" is its MLflow run, left open for its files: run() draws curves.png, then
+    ends it with result["tracker"].end().
     """
     out = Path(cfg.out)
     checkpoint_path = Path(checkpoint_path or out / "last.pt")
@@ -582,6 +628,9 @@ def fit(
     val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
     # One process under plain `python -m`; under torchrun, this rank of the group (M8).
     ctx, device = start(resolve_device(cfg.device), cfg.dist_timeout)
+    # M5: rank 0 alone talks to MLflow (an extra: imported only when asked for); a missing
+    # package or a server that does not answer stops every rank before --out is touched.
+    store = share_outcome(ctx, lambda: tracking.connect(out)) if cfg.tracking == "mlflow" else None
     # M5: rank 0 alone may clear --out; its refusal stops every rank.
     share_outcome(
         ctx,
@@ -627,8 +676,12 @@ def fit(
     optimizer = build_optimizer(model, cfg)
     steps_per_epoch = len(train_batches)  # one optimizer step per batch
     scheduler = build_scheduler(optimizer, cfg)
+    # The parts of every checkpoint that training does not grow, for the size estimate.
+    fixed = {"config": dataclasses.asdict(cfg), "data": data.state_dict(), "rng": rng_state()}
+    fixed.update(batch_rng=train_batches.generator.get_state(), project=PROJECT)
     if ctx.is_main:  # M5: one copy of the progress lines
-        print(describe_size(model), flush=True)
+        fixed["rank_rng"] = [rng_state() for _ in range(ctx.world_size)]  # M6: every rank's
+        print(describe_size(model, fixed), flush=True)
 
     # Each run has an id, saved in its checkpoints: a resumed run knows its own best.pt.
     run_id, start_epoch, best_epoch, best_val_loss, history = uuid.uuid4().hex, 1, 0, math.inf, []
@@ -677,9 +730,19 @@ def fit(
         # One step per epoch; purge_step hides the events an earlier run in this folder logged
         # from this epoch on (those a resumed run trains again, or an overwritten run's).
         writer = summary_writer(str(out / "tensorboard"), purge_step=start_epoch)
+    # M5: rank 0 alone logs to MLflow; a store that fails it here stops every rank.
+    tracker = None
+    if cfg.tracking == "mlflow":
+        tracker = share_outcome(ctx, lambda: tracking.start_run(store, cfg, checkpoint))
+    # In every checkpoint, tracked or not: a later resume with tracking continues the MLflow run.
+    mlflow_run_id = tracker.run_id if tracker is not None else ""
+    if tracker is None and checkpoint is not None:
+        mlflow_run_id = checkpoint.get("mlflow_run_id", "")
 
     # M5: rank 0 alone hands it epochs; on the other ranks it never has anything to write.
-    files = RunWriter(out, cfg.checkpoint_every_s, saved_epoch=start_epoch - 1)
+    # MLflow gets each epoch once last.pt holds it: a killed run leaves it behind, never ahead.
+    log_epochs = tracker.log_epochs if tracker is not None else None
+    files = RunWriter(out, cfg.checkpoint_every_s, start_epoch - 1, after_write=log_epochs)
     settings, data_state = dataclasses.asdict(cfg), data.state_dict()  # the same every epoch
     epoch, bar = start_epoch, None
     try:
@@ -736,6 +799,7 @@ def fit(
                 "config": settings,
                 "data": data_state,
                 "run_id": run_id,
+                "mlflow_run_id": mlflow_run_id,
                 "project": PROJECT,
                 "template_version": TEMPLATE_VERSION,
             }
@@ -765,14 +829,20 @@ def fit(
         if ctx.is_main:
             remove_stale_temporaries(out)
         saved = (out / "last.pt").exists()
+        if tracker is not None:
+            tracker.end("KILLED")  # the files saved so far; a second Ctrl-C skips them
         raise Interrupted(epoch, saved=saved, signum=stop_signal(err)) from None
     except OSError as err:  # a full disk, or --out removed during the run
+        if tracker is not None:
+            tracker.end("FAILED")
         raise ConfigError(
             f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
         ) from None
     except NonFiniteLoss as err:
         step = f", step {err.step} of {steps_per_epoch}" if err.step else ""  # optimizer steps
         files.flush_or_keep()  # the last good epoch, if it was kept in memory
+        if tracker is not None:
+            tracker.end("FAILED")
         raise TrainingDiverged(
             f"{err} at epoch {epoch}{step}; the run stopped and {files.kept()}; lower the "
             f"learning rate (lr {lr:.2e}) or check the data for extreme values"
@@ -794,6 +864,7 @@ def fit(
         "best_val_loss": best_val_loss,
         "data": data,
         "rank": ctx.rank,
+        "tracker": tracker,  # open: run() ends it once curves.png is drawn
     }
 
 
@@ -900,8 +971,12 @@ def run(argv: list[str] | None = None) -> int:
                 remove_empty_folders(created)
             raise
         seconds = time.perf_counter() - started
-        if result["rank"] == 0 and have_matplotlib():  # M5: rank 0 draws; an optional extra
-            write_curves([out], out / "curves.png")
+        try:
+            if result["rank"] == 0 and have_matplotlib():  # M5: rank 0 draws; an optional extra
+                write_curves([out], out / "curves.png")
+        finally:
+            if result["tracker"] is not None:
+                result["tracker"].end()  # the run's files, curves.png among them, in MLflow
     except (ConfigError, DataError, CheckpointError, PlotError) as err:
         if not getattr(err, "told_by_rank_0", False):  # rank 0 printed it already (M5)
             print(f"error: {err}", file=sys.stderr)

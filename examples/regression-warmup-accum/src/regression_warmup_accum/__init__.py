@@ -7,3 +7,19 @@ __version__ = "0.1.0"
 
 # The scaffold template version this project was rendered from; saved in checkpoints.
 TEMPLATE_VERSION = "0.1.0"
+# The options it was rendered with (scaffold new, or `scaffold update --set`); MLflow runs are
+# tagged with them. A follow-up option is listed only with the option that turns it on.
+TEMPLATE_OPTIONS = {
+    "task": "regression",
+    "scheduler": "cosine",
+    "amp": False,
+    "clip": True,
+    "max_grad_norm": 1.0,
+    "grad_accum": 3,
+    "warmup_steps": 100,
+    "early_stopping": False,
+    "distributed": False,
+    "ema": False,
+    "compile": False,
+    "seed": 42,
+}

@@ -239,6 +239,7 @@ ENTRIES = {
     "config": (_string_keys, "a dict of settings"),
     "data": (_string_keys, "a dict of what the run learnt from its data"),
     "run_id": (lambda v: isinstance(v, str) and v != "", "a run id (text)"),
+    "mlflow_run_id": (lambda v: isinstance(v, str), "an MLflow run id (text; empty if untracked)"),
     "project": (_string_keys, "a dict of the project's name and options"),
     "template_version": (lambda v: isinstance(v, str), "a version (text)"),
 }

@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import io
 import math
+import pickle
 import signal
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import TEMPLATE_VERSION
+from . import TEMPLATE_VERSION, tracking
 from .checkpoint import (
     CheckpointError,
     copy_to_cpu,
@@ -75,6 +76,7 @@ CHANGEABLE_ON_RESUME = (
     "out",
     "progress",
     "tensorboard",
+    "tracking",
     "checkpoint_every_s",
     "val_batch_size",
 )
@@ -239,8 +241,10 @@ class RunWriter:
     best.pt always holds the best of the epochs up to last.pt's (R13).
     """
 
-    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0) -> None:
+    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0, after_write=None) -> None:
         self.out, self.every_s, self.saved_epoch = out, every_s, saved_epoch
+        # Called with the history once last.pt and metrics.csv hold it (MLflow's logging).
+        self.after_write = after_write
         self.written_at = time.monotonic()
         self.pending: dict | None = None  # the newest epoch's state, when not yet written
         self.best: dict | None = None  # the best epoch's state, when best.pt lacks it
@@ -289,6 +293,8 @@ class RunWriter:
             link_checkpoint(self.out / "last.pt", self.out / "best.pt")
         write_metrics(self.out / "metrics.csv", state["history"])
         self.written_at = time.monotonic()
+        if self.after_write is not None:
+            self.after_write(state["history"])
 
 
 def format_row(row: dict, improved: bool, seconds: float, epochs: int) -> str:
@@ -333,11 +339,49 @@ def human_size(n_bytes: float) -> str:
     return f"{n_bytes:.0f} bytes" if units[0] == "bytes" else f"{n_bytes:.1f} {units[0]}"
 
 
-def describe_size(model: torch.nn.Module) -> str:
-    """One line with the parameter count and the size of a checkpoint, before anything trains."""
+# What torch.save's zip archive spends on each tensor besides its bytes: the record's headers,
+# its name twice and the padding that aligns its data to 64 bytes (about 250 bytes a tensor,
+# measured with torch 2.13 on the four tasks' models).
+TENSOR_RECORD_BYTES = 250
+
+
+def saved_size(value) -> int:
+    """About the bytes torch.save writes for nested dicts, lists and tuples of tensors and plain
+    values: each tensor's bytes and archive record, and the rest pickled (pickle alone would
+    hand the tensors to torch.save: an estimate writes nothing)."""
+    tensors: list[torch.Tensor] = []
+
+    def plain(item):
+        if isinstance(item, torch.Tensor):
+            tensors.append(item)
+            return None
+        if isinstance(item, dict):
+            return {key: plain(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [plain(inner) for inner in item]
+        return item
+
+    rest = len(pickle.dumps(plain(value)))
+    return rest + sum(t.numel() * t.element_size() + TENSOR_RECORD_BYTES for t in tensors)
+
+
+def describe_size(model: torch.nn.Module, fixed: dict) -> str:
+    """One line with the parameter count and the size of a checkpoint, before anything trains.
+
+    The weights and AdamW's moments are counted (they do not exist yet); `fixed`, the parts of
+    a checkpoint that do not grow with training (settings, the data's state, the random
+    streams), is measured as torch.save would write it."""
     count = sum(p.numel() for p in model.parameters())
-    # The weights and AdamW's two moment buffers per weight; the rest of a checkpoint is small.
-    size = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    state = model.state_dict()  # parameters and buffers (BatchNorm's statistics)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    copies = 1
+    tensors = copies * len(state) + 3 * len(trained)  # AdamW: two moments and a step count each
+    size = (
+        copies * sum(t.numel() * t.element_size() for t in state.values())
+        + 2 * sum(p.numel() * p.element_size() for p in trained)
+        + TENSOR_RECORD_BYTES * tensors
+        + saved_size(fixed)
+    )
     return f"model: {count:,} parameters; each checkpoint about {human_size(size)}"
 
 
@@ -513,8 +557,8 @@ def apply_resume_settings(
             f"{scheduler.last_epoch + 1} trains at lr {optimizer.param_groups[0]['lr']:.2e}, "
             f"falling to {cfg.min_lr:.2e}"
         )
-    # What is shown (a progress bar, TensorBoard files) is no change to the run: not reported.
-    told = [key for key in changed if key not in ("progress", "tensorboard")]
+    # What is shown (a progress bar, TensorBoard, MLflow) is no change to the run: not reported.
+    told = [key for key in changed if key not in ("progress", "tensorboard", "tracking")]
     what = ", ".join(f"{key} {saved.get(key)} -> {getattr(cfg, key)}" for key in told)
     return f"resuming after epoch {epoch}" + (f" with {what}" if what else "") + note
 
@@ -537,7 +581,9 @@ def fit(
     """Train as configured, resuming from `checkpoint` if given; returns the model and history.
 
     A fresh run replaces the run files already in cfg.out; with overwrite=False (the command
-    line without --overwrite) it refuses to start instead.
+    line without --overwrite) it refuses to start instead. With tracking = "mlflow", the
+    result's "tracker" is its MLflow run, left open for its files: run() draws curves.png, then
+    ends it with result["tracker"].end().
     """
     out = Path(cfg.out)
     checkpoint_path = Path(checkpoint_path or out / "last.pt")
@@ -547,6 +593,8 @@ def fit(
     # An optional extra: imported only when asked for, and refused before --out is touched.
     summary_writer = load_summary_writer() if cfg.tensorboard else None
     val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
+    # MLflow too, and a server it cannot reach is refused before --out is touched.
+    store = tracking.connect(out) if cfg.tracking == "mlflow" else None
     prepare_out(out, overwrite=overwrite, checkpoint=checkpoint, checkpoint_path=checkpoint_path)
 
     seed_everything(cfg.seed, cfg.deterministic)  # S1: before any data, weights or batch order
@@ -563,7 +611,10 @@ def fit(
     # windows restart with each epoch, so a run resumed after an epoch makes the same steps.
     steps_per_epoch = math.ceil(len(train_batches) / cfg.grad_accum)
     scheduler = build_scheduler(optimizer, cfg, steps_per_epoch)
-    print(describe_size(model), flush=True)
+    # The parts of every checkpoint that training does not grow, for the size estimate.
+    fixed = {"config": dataclasses.asdict(cfg), "data": data.state_dict(), "rng": rng_state()}
+    fixed.update(batch_rng=train_batches.generator.get_state(), project=PROJECT)
+    print(describe_size(model, fixed), flush=True)
 
     # Each run has an id, saved in its checkpoints: a resumed run knows its own best.pt.
     run_id, start_epoch, best_epoch, best_val_loss, history = uuid.uuid4().hex, 1, 0, math.inf, []
@@ -597,8 +648,16 @@ def fit(
         # One step per epoch; purge_step hides the events an earlier run in this folder logged
         # from this epoch on (those a resumed run trains again, or an overwritten run's).
         writer = summary_writer(str(out / "tensorboard"), purge_step=start_epoch)
+    # The MLflow run: the checkpoint's, continued, or a new one (nothing trains before it).
+    tracker = tracking.start_run(store, cfg, checkpoint) if store is not None else None
+    # In every checkpoint, tracked or not: a later resume with tracking continues the MLflow run.
+    mlflow_run_id = tracker.run_id if tracker is not None else ""
+    if tracker is None and checkpoint is not None:
+        mlflow_run_id = checkpoint.get("mlflow_run_id", "")
 
-    files = RunWriter(out, cfg.checkpoint_every_s, saved_epoch=start_epoch - 1)
+    # MLflow gets each epoch once last.pt holds it: a killed run leaves it behind, never ahead.
+    log_epochs = tracker.log_epochs if tracker is not None else None
+    files = RunWriter(out, cfg.checkpoint_every_s, start_epoch - 1, after_write=log_epochs)
     settings, data_state = dataclasses.asdict(cfg), data.state_dict()  # the same every epoch
     epoch, bar = start_epoch, None
     try:
@@ -650,6 +709,7 @@ def fit(
                 "config": settings,
                 "data": data_state,
                 "run_id": run_id,
+                "mlflow_run_id": mlflow_run_id,
                 "project": PROJECT,
                 "template_version": TEMPLATE_VERSION,
             }
@@ -665,14 +725,20 @@ def fit(
         # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
         remove_stale_temporaries(out)
         saved = (out / "last.pt").exists()
+        if tracker is not None:
+            tracker.end("KILLED")  # the files saved so far; a second Ctrl-C skips them
         raise Interrupted(epoch, saved=saved, signum=stop_signal(err)) from None
     except OSError as err:  # a full disk, or --out removed during the run
+        if tracker is not None:
+            tracker.end("FAILED")
         raise ConfigError(
             f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
         ) from None
     except NonFiniteLoss as err:
         step = f", step {err.step} of {steps_per_epoch}" if err.step else ""  # optimizer steps
         files.flush_or_keep()  # the last good epoch, if it was kept in memory
+        if tracker is not None:
+            tracker.end("FAILED")
         raise TrainingDiverged(
             f"{err} at epoch {epoch}{step}; the run stopped and {files.kept()}; lower the "
             f"learning rate (lr {lr:.2e}) or check the data for extreme values"
@@ -688,6 +754,7 @@ def fit(
         "best_epoch": best_epoch,
         "best_val_loss": best_val_loss,
         "data": data,
+        "tracker": tracker,  # open: run() ends it once curves.png is drawn
     }
 
 
@@ -786,8 +853,12 @@ def run(argv: list[str] | None = None) -> int:
             remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
             raise
         seconds = time.perf_counter() - started
-        if have_matplotlib():  # an optional extra
-            write_curves([out], out / "curves.png")
+        try:
+            if have_matplotlib():  # an optional extra
+                write_curves([out], out / "curves.png")
+        finally:
+            if result["tracker"] is not None:
+                result["tracker"].end()  # the run's files, curves.png among them, in MLflow
     except (ConfigError, DataError, CheckpointError, PlotError) as err:
         if not getattr(err, "told_by_rank_0", False):  # rank 0 printed it already (M5)
             print(f"error: {err}", file=sys.stderr)

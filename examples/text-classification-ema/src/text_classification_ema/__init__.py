@@ -7,3 +7,21 @@ __version__ = "0.1.0"
 
 # The scaffold template version this project was rendered from; saved in checkpoints.
 TEMPLATE_VERSION = "0.1.0"
+# The options it was rendered with (scaffold new, or `scaffold update --set`); MLflow runs are
+# tagged with them. A follow-up option is listed only with the option that turns it on.
+TEMPLATE_OPTIONS = {
+    "task": "text-classification",
+    "scheduler": "plateau",
+    "plateau_patience": 2,
+    "amp": False,
+    "clip": False,
+    "grad_accum": 1,
+    "warmup_steps": 0,
+    "early_stopping": True,
+    "patience": 5,
+    "distributed": False,
+    "ema": True,
+    "ema_decay": 0.999,
+    "compile": False,
+    "seed": 42,
+}

@@ -61,6 +61,9 @@ class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model,
     out: str = "runs/latest"  # folder for metrics.csv, last.pt and best.pt
     progress: bool = True  # a progress bar per epoch, shown only when the output is a terminal
     tensorboard: bool = False  # scalars per epoch in OUT/tensorboard (needs the tensorboard extra)
+    # "mlflow": every setting, each epoch's metrics and the run's files in an MLflow run (needs
+    # the mlflow extra), in the store MLFLOW_TRACKING_URI names, else OUT's parent/mlflow.db.
+    tracking: str = "none"
     # last.pt, best.pt and metrics.csv are written after an epoch when this many seconds have
     # passed since their last write (0: after every epoch), and always after the last epoch, an
     # early stop, Ctrl-C or a diverged loss. A run killed outright (SIGKILL, power cut) resumes
@@ -102,6 +105,7 @@ class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model,
             (0 <= self.seed <= SEED_MAX, f"seed must be between 0 and {SEED_MAX} (numpy's range)"),
             (self.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda"),
             (str(self.out).strip() != "", "out must name a folder for the run, e.g. runs/latest"),
+            (self.tracking in ("none", "mlflow"), "tracking must be none or mlflow"),
             (
                 0.0 <= self.checkpoint_every_s <= 10**6,
                 "checkpoint_every_s must be between 0 and 1000000",

@@ -10,6 +10,14 @@ from .tokens import PAD
 KERNEL_SIZES = (3, 5)  # words seen together by each convolution: phrases such as "not very good"
 
 
+# The model settings a sweep tunes (tune.py), and their ranges.
+SEARCH_SPACE = {
+    "embedding_dim": {"choices": [32, 64, 128]},
+    "width": {"choices": [32, 64, 128]},
+    "dropout": {"low": 0.0, "high": 0.5},
+}
+
+
 @dataclass
 class ModelSettings:
     """The model's settings; Config inherits them."""

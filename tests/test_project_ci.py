@@ -270,8 +270,10 @@ def test_next_steps_install_into_this_environment_when_it_has_torch(monkeypatch)
     assert new_project._install_lines() == here  # this venv has torch
     monkeypatch.setattr(sys, "base_prefix", sys.prefix)  # not a venv: one of its own
     lines = new_project._install_lines()
-    assert "python -m venv .venv" in lines and "--index-url" in lines and lines.endswith(
-        'pip install -e ".[dev]"\n'
+    assert (
+        "python -m venv .venv" in lines
+        and "--index-url" in lines
+        and lines.endswith('pip install -e ".[dev]"\n')
     )
 
 

@@ -30,7 +30,10 @@ pytestmark = pytest.mark.probe
 # torch 2.13): tabular and text within 3e-8 relative (losses) and 2e-7 (weights), the image
 # CNN (BatchNorm) 4e-6 and 2.4e-4. A bug that trains or validates other weights, or draws
 # other dropout masks, is off by 1e-3 or more.
-LOSS_RTOL = 1e-4
+# Under AMP (bf16 autocast on the CPU) the two round to bf16 at other points: a regression
+# run compiled for epoch 1 and resumed eager ended 1.1e-4 relative (losses) and 7.6e-4
+# (weights) from the eager run (3 seeds measured).
+LOSS_RTOL = 5e-4
 WEIGHT_ATOL = 5e-3
 
 

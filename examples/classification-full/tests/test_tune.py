@@ -122,12 +122,15 @@ def test_a_pruned_trial_stops_early_and_keeps_its_files(tmp_path):
     folder = tmp_path / "trial-0000"
     settings = [part for setting in FIXED for part in ("--set", setting)]
     train = [sys.executable, "-m", f"{tune.__package__}.train", "--out", str(folder), *settings]
-    train += ["--set", "epochs=50", "--set", "checkpoint_every_s=0"]  # as tune runs trials
+    # Enough epochs that the run cannot end between two looks at its metrics.csv (a small
+    # epoch takes ~10 ms: 50 of them once ended inside one POLL_S on a busy machine).
+    epochs = 20_000
+    train += ["--set", f"epochs={epochs}", "--set", "checkpoint_every_s=0"]  # as tune runs trials
     trial = PruneAtEpoch()
     state, value = tune.run_trial(trial, train, folder, "val_loss")
     assert state == "pruned" and trial.reported[0][0] == 1
     kept = val_losses(folder / "metrics.csv")
-    assert 1 <= len(kept) < 50 and value == kept[-1]
+    assert 1 <= len(kept) < epochs and value == kept[-1]
     assert (folder / "last.pt").is_file()  # the run ended as on SIGTERM: its epochs saved
 
 
@@ -196,6 +199,33 @@ def test_two_workers_on_one_study_never_run_a_trial_twice(tmp_path, storage):
     assert folders == [f"trial-{n:04d}" for n in sorted(numbers)]  # one run per trial
     pids = {t.user_attrs["pid"] for t in finished}
     assert pids == {w.pid for w in workers}  # both took part
+
+
+OPEN_AT = """
+import sys, time
+from pathlib import Path
+from classification_full import tune
+start = float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))  # every process opens the database at once
+tune.open_storage(sys.argv[1], Path("."))
+"""
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_workers_opening_a_new_database_at_once_all_get_it(tmp_path, round_):
+    # Workers started together race to create a new database's tables; the losers' inserts
+    # fail. Four processes open one new SQLite file in the same instant, three times over.
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    start = str(time.time() + 8.0)  # after every child has imported optuna and torch
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN_AT, url, start], cwd=tmp_path, env=env(),
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for _ in range(4)
+    ]
+    errors = [child.communicate(timeout=120)[1] for child in children]
+    assert [child.returncode for child in children] == [0] * 4, errors
 
 
 def test_bad_arguments_are_one_line(tmp_path, monkeypatch, capsys):

@@ -77,6 +77,16 @@ def prepared(predictor, data: str, batch_size: int) -> list[tuple[torch.Tensor, 
     return list(Batches(split, batch_size, shuffle=False, device="cpu"))
 
 
+def tiled(predictor, data: str, axis: int, length: int) -> torch.Tensor:
+    """Real inputs whose dimension `axis` has exactly `length` positions: of the file's batches of
+    3, the one longest along `axis` (a short document can make a batch 1 token long), repeated
+    along it as often as needed and cut to `length`."""
+    inputs = max((batch for batch, _ in prepared(predictor, data, 3)), key=lambda b: b.shape[axis])
+    repeats = [1] * inputs.dim()
+    repeats[axis] = -(-length // inputs.shape[axis])
+    return inputs.repeat(*repeats).narrow(axis, 0, length)
+
+
 def compare(run_exported, predictor, data: str, spec: dict) -> None:
     """run_exported (inputs -> outputs) against the PyTorch model on every sample of the file,
     in each batch size, and against predict's own outputs for the file; then each dynamic
@@ -101,9 +111,8 @@ def compare(run_exported, predictor, data: str, spec: dict) -> None:
         if isinstance(size, str) and axis > 0:  # a dynamic dimension besides the batch's:
             # also cut to its first 1, 2 and 3 positions (padded batches may all share a
             # few lengths, e.g. powers of two)
-            inputs = prepared(predictor, data, 3)[0][0]
             for length in (1, 2, 3):
-                cut = inputs.narrow(axis, 0, length)
+                cut = tiled(predictor, data, axis, length)
                 sizes[axis].add(length)
                 with torch.inference_mode():
                     reference = predictor.model(cut).float()
@@ -111,11 +120,7 @@ def compare(run_exported, predictor, data: str, spec: dict) -> None:
         if isinstance(size, str):  # a dynamic dimension ran in several sizes
             assert len(sizes[axis]) >= 3, (size, sizes[axis])
         if size in spec.get("max", {}):  # and in its largest: real inputs repeated to it
-            inputs = prepared(predictor, data, 3)[0][0]
-            longest = spec["max"][size]
-            repeats = [1] * inputs.dim()
-            repeats[axis] = -(-longest // inputs.shape[axis])
-            inputs = inputs.repeat(*repeats).narrow(axis, 0, longest)
+            inputs = tiled(predictor, data, axis, spec["max"][size])
             with torch.inference_mode():
                 reference = predictor.model(inputs).float()
             torch.testing.assert_close(run_exported(inputs), reference, atol=ATOL, rtol=RTOL)

@@ -118,18 +118,38 @@ def direction_of(metric: str, given: str | None) -> str:
     raise TuneError(f"say whether {metric} should be minimized or maximized: --direction")
 
 
+def database(url: str):
+    """Optuna's RDBStorage of url. Workers started together on a new database race to create
+    its tables, and the losers' inserts fail (a UNIQUE constraint or "already exists"): once
+    the winner is done the tables are there, so those errors are tried again, a few times."""
+    import optuna
+    import sqlalchemy.exc
+
+    for attempt in range(4):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as err:
+            racing = isinstance(err, sqlalchemy.exc.IntegrityError) or any(
+                words in str(err) for words in ("already exists", "database is locked")
+            )
+            if not racing:
+                raise
+        time.sleep(0.2 * (attempt + 1))
+    return optuna.storages.RDBStorage(url)  # the last try: its error, if any, is reported
+
+
 def open_storage(url: str | None, out: Path):
     """Optuna's storage: a SQLite file in OUT by default, a database URL, or a journal file."""
     import optuna
 
     try:
         if url is None:
-            return optuna.storages.RDBStorage(f"sqlite:///{out.resolve() / 'study.db'}")
+            return database(f"sqlite:///{out.resolve() / 'study.db'}")
         if url.startswith("journal:"):
             # One append-only file that many machines can share (NFS and the like).
             backend = optuna.storages.journal.JournalFileBackend(url.removeprefix("journal:"))
             return optuna.storages.JournalStorage(backend)
-        return optuna.storages.RDBStorage(url)
+        return database(url)
     except Exception as err:  # SQLAlchemy's and the drivers' errors have no common base
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise TuneError(f"cannot open the study's storage {url or out}: {message}") from None

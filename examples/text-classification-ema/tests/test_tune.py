@@ -219,9 +219,12 @@ def test_workers_opening_a_new_database_at_once_all_get_it(tmp_path, round_):
     start = str(time.time() + 8.0)  # after every child has imported optuna and torch
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", OPEN_AT, url, start], cwd=tmp_path, env=env(),
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [sys.executable, "-c", OPEN_AT, url, start],
+            cwd=tmp_path,
+            env=env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(4)
     ]
     errors = [child.communicate(timeout=120)[1] for child in children]

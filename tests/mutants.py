@@ -137,6 +137,13 @@ def _compile(o: Options) -> bool:
 
 # The compile rules (K1, K2, C4) are seen by the generated tests/test_compile.py (probes).
 _COMPILE_TESTS = ("tests/test_compile.py",)
+_MIDEPOCH_TESTS = ("tests/test_midepoch.py",)
+
+
+def _c5(o: Options) -> bool:
+    """The covering set's base combinations (every task, one process and torchrun, each
+    other option on and off) carry the mid-epoch code paths; the rest repeat them."""
+    return not o.compile and not o.warmup_steps and o.grad_accum == 1
 _COMPILED = "    compiled = compile_model(model) if cfg.compile else model\n"
 
 
@@ -398,9 +405,25 @@ MUTANTS = [
     Mutant("E3", "EMA state missing from the checkpoint", "train.py",
            (Edit("delete", '"ema": ema.state_dict(),'),
             Edit("delete", 'ema.load_state_dict(checkpoint["ema"])'),
-            Edit("replace", 'load_best(checkpoint, checkpoint_path)["ema"]["weights"]',
-                 'load_best(checkpoint, checkpoint_path)["model"]')),
+            Edit("replace", 'best["ema"]["weights"] if best', 'best["model"] if best')),
            lambda o: o.ema and o.early_stopping),
+    # Mid-epoch checkpoints (C5), caught by tests/test_midepoch.py.
+    Mutant("C5", "the used batches trained again on a mid-epoch resume", "seed.py",
+           (Edit("replace", "        return batches[used:]", "        return batches"),),
+           _c5, _MIDEPOCH_TESTS),
+    Mutant("C5", "the epoch's order drawn from the generator's mid-epoch state", "seed.py",
+           (Edit("replace", "self.generator.set_state(epoch_state)",
+                 "self.generator.set_state(state)"),),
+           _c5, _MIDEPOCH_TESTS),
+    Mutant("C5", "the epoch's losses so far dropped on resume", "engine.py",
+           (Edit("replace", 'self.losses = list(state["losses"].to(device).unbind())',
+                 "self.losses = []"),
+            Edit("replace", 'self.sizes, self.batches = list(state["sizes"]), state["batches"]',
+                 'self.sizes, self.batches = [], state["batches"]')),
+           _c5, _MIDEPOCH_TESTS),
+    Mutant("C5", "SIGTERM stops at once instead of after saving its step", "train.py",
+           (Edit("replace", "STOP.deferring = True  #", "STOP.deferring = False  #"),),
+           _c5, _MIDEPOCH_TESTS),
     # torch.compile (--compile), caught by tests/test_compile.py.
     Mutant("C4", "the compiled module's state saved (_orig_mod. keys)", "train.py",
            (Edit("replace", '"model": model.state_dict(),', '"model": compiled.state_dict(),'),),

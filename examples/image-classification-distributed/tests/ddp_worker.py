@@ -7,11 +7,13 @@ $VAL_OFFSETS=fall (or rise) adds a different offset to each rank's validation lo
 one rank and rising on the other, so a decision made on one rank's own loss would differ
 between the ranks.
 $CTRL_C_IN_EPOCH=N raises KeyboardInterrupt on every rank in epoch N, $CRASH_IN_EPOCH=N an
-error on rank 1 alone. $M2_PROBE=N only runs
+error on rank 1 alone. $SIGTERM_AT_STEP=N sends SIGTERM to rank 1 alone after its Nth
+optimizer step. $M2_PROBE=N only runs
 one backward pass on this rank's part of the first N samples and saves the gradient.
 """
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -117,6 +119,22 @@ if os.environ.get("M2_PROBE"):
     stop(ok=True)
     sys.exit(0)
 
+if os.environ.get("SIGTERM_AT_STEP"):
+    # As a scheduler that signals one process: every rank must save and stop together (C5).
+    term_at, steps = int(os.environ["SIGTERM_AT_STEP"]), []
+    real_train_one_epoch = train.train_one_epoch
+
+    def signalled(*args, after_step, **kwargs):
+        def after(progress):
+            steps.append(progress.steps)
+            if len(steps) == term_at and RANK == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            after_step(progress)
+
+        return real_train_one_epoch(*args, after_step=after, **kwargs)
+
+    train.train_one_epoch = signalled
+
 fit = train.fit
 
 
@@ -127,6 +145,7 @@ def recording_fit(cfg, *args, **kwargs):
     record["history"] = result["history"]
     last = torch.load(Path(cfg.out) / "last.pt", map_location="cpu", weights_only=False)
     record["read_epoch"] = last["epoch"]
+    record["steps_per_epoch"] = last["global_step"] // max(last["epoch"], 1)
     return result
 
 

@@ -232,6 +232,33 @@ def test_a_two_process_checkpoint_resumes_in_one_and_in_two(two_ranks, tmp_path)
 
 
 @pytest.mark.probe
+def test_sigterm_to_one_rank_inside_an_epoch_stops_both_and_resumes_to_the_same_bits(
+    two_ranks, tmp_path
+):
+    # C5, M8: rank 1 alone is signalled after its 3rd step. The ranks act on it together at
+    # their next agreement: step 10 of the run, or the end of an epoch's steps if sooner
+    # (before its validation); they save that step, and both stop.
+    run = ["--epochs", str(EPOCHS), "--out", str(tmp_path / "run")]
+    launch(tmp_path, 2, *SETTINGS, *run, env={"SIGTERM_AT_STEP": "3"}, expect=1, rule="C5/M8")
+    last = tmp_path / "run" / "last.pt"
+    saved = torch.load(last, weights_only=False)
+    per_epoch = two_ranks["records"][0]["steps_per_epoch"]
+    agreed = min(s for s in range(3, 11) if s % 10 == 0 or s % per_epoch == 0)
+    assert saved["global_step"] == agreed, (saved["global_step"], agreed)
+    assert saved["position"]["steps"] == agreed - saved["epoch"] * per_epoch
+    # Resumed in two processes: exactly where the uninterrupted run ends.
+    stopped = last.with_name("stopped.pt")
+    stopped.write_bytes(last.read_bytes())
+    again = launch(tmp_path, 2, *SETTINGS, "--epochs", str(EPOCHS), "--resume", str(last))
+    difference = max_difference(again[0]["weights"], two_ranks["records"][0]["weights"])
+    assert difference == 0.0, f"C5: resumed in 2 processes, {difference:.2e} off"
+    # Each rank's place in the epoch: one process cannot take it up, and says so.
+    last.write_bytes(stopped.read_bytes())
+    code = train.main([*SETTINGS, "--epochs", str(EPOCHS), "--resume", str(last)])
+    assert code == 2
+
+
+@pytest.mark.probe
 def test_M8_a_rank_that_fails_stops_the_others(tmp_path):
     # Rank 1 raises in epoch 2; rank 0 must not wait for it: torchrun stops it, or, failing
     # that, dist_timeout. The launch fails within seconds, and last.pt keeps epoch 1 (written

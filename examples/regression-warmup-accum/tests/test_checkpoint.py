@@ -7,7 +7,6 @@ import pickle
 import random
 import sys
 import tempfile
-import time
 import warnings
 
 import pytest
@@ -300,12 +299,23 @@ def test_missing_keys_are_named(tmp_path):
 # epoch; best.pt a second name of last.pt's file when the written epoch is the best (R13).
 
 
+def at_epoch_ends_only(monkeypatch) -> None:
+    """No writes inside epochs (C5, tests/test_midepoch.py), nor their reading of the clock
+    after every optimizer step: the tests with a Clock count its readings at epoch ends."""
+    real_due = train.RunWriter.due
+    monkeypatch.setattr(
+        train.RunWriter, "due", lambda self, step, inside=False: not inside and real_due(self, step)
+    )
+
+
 class Clock:
     """train.time with a monotonic clock that advances `step` seconds at each reading."""
 
     def __init__(self, step: float) -> None:
         self.now, self.step = 0.0, step
-        self.perf_counter = time.perf_counter
+
+    def perf_counter(self) -> float:
+        return 0.0  # writes take no time: they are never spaced out for being slow
 
     def monotonic(self) -> float:
         self.now += self.step
@@ -400,6 +410,7 @@ def test_best_pt_keeps_the_best_epoch_after_later_epochs(cfg, monkeypatch, every
 )
 def test_last_pt_is_written_when_due_and_after_the_last_epoch(cfg, monkeypatch, every_s, expected):
     scripted_losses(monkeypatch, [1.0, 0.5, 0.4, 0.6, 0.7], {})
+    at_epoch_ends_only(monkeypatch)
     monkeypatch.setattr(train, "time", Clock(step=3.0))
     calls = written_epochs(monkeypatch)
     result = train.fit(dataclasses.replace(cfg, epochs=5, checkpoint_every_s=every_s))
@@ -453,6 +464,7 @@ def test_a_killed_run_loses_only_the_unwritten_epochs_and_resumes_to_the_same_bi
     cfg = dataclasses.replace(cfg, epochs=5, device="cpu", checkpoint_every_s=5.0)
     full = train.fit(dataclasses.replace(cfg, out=f"{cfg.out}-full"))
     # The clock as above: epoch 2 is due and written, epoch 3 is kept in memory only.
+    at_epoch_ends_only(monkeypatch)
     monkeypatch.setattr(train, "time", Clock(step=3.0))
     real_train = train.train_one_epoch
     epochs = []

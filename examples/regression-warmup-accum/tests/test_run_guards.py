@@ -612,10 +612,17 @@ def test_sigterm_and_sighup_save_the_epochs_kept_in_memory_and_exit_128_plus_n(
     assert process.returncode == 128 + number, stderr
     [line] = stderr.splitlines()
     resume = f"python -m {re.escape(train.__name__)} --resume"
-    found = re.fullmatch(rf"stopped by {name} at epoch (\d+); resume with {resume} (.+)", line)
-    assert found and found.group(2) == str(out / "last.pt"), line
+    # C5: inside an epoch, the run saves the step the signal came in and names it.
+    inside = r"(?: \(last\.pt holds it up to step (\d+) of \d+\))?"
+    found = re.fullmatch(
+        rf"stopped by {name} at epoch (\d+){inside}; resume with {resume} (.+)", line
+    )
+    assert found and found.group(3) == str(out / "last.pt"), line
     epochs = sum(line.startswith("epoch ") for line in printed + stdout.splitlines())
     last = finite_checkpoint(out / "last.pt")
+    if found.group(2):
+        assert last["position"]["steps"] == int(found.group(2))
+        assert last["epoch"] == int(found.group(1)) - 1
     # Every epoch it printed is saved (and one more, when the signal came between the save
     # and the print); the line names the epoch cut short, or the one just finished.
     assert epochs >= 3 and epochs <= last["epoch"] <= epochs + 1

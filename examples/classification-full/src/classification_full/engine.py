@@ -1,7 +1,7 @@
 """One training epoch and one validation pass: the code whose order matters."""
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -47,6 +47,39 @@ class EpochSums:
         return metrics
 
 
+class EpochProgress:
+    """How far a training epoch has gone: each optimizer step's loss and sample count, and the
+    batches used. A mid-epoch checkpoint saves it and a resumed epoch goes on from it, so the
+    epoch's mean loss is the uninterrupted epoch's to the bit (C5)."""
+
+    def __init__(self, state: dict | None = None, device=None) -> None:
+        self.losses: list[torch.Tensor] = []  # one per optimizer step, left on the device (R11)
+        self.sizes: list[int] = []  # samples per optimizer step
+        self.batches = 0  # batches the steps so far used
+        self.updates_before: int | None = None  # the optimizer's update count when it began
+        if state is not None:
+            self.losses = list(state["losses"].to(device).unbind())
+            self.sizes, self.batches = list(state["sizes"]), state["batches"]
+            self.updates_before = state["updates_before"]
+
+    @property
+    def steps(self) -> int:
+        return len(self.sizes)
+
+    def finite(self) -> bool:
+        """Whether every loss so far is finite (reads them from the device: call it rarely)."""
+        return not self.losses or bool(torch.isfinite(torch.stack(self.losses)).all())
+
+    def state_dict(self) -> dict:
+        losses = torch.stack(self.losses).cpu() if self.losses else torch.empty(0)
+        return {
+            "losses": losses,
+            "sizes": list(self.sizes),
+            "batches": self.batches,
+            "updates_before": self.updates_before,
+        }
+
+
 def train_one_epoch(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -56,17 +89,24 @@ def train_one_epoch(
     amp_dtype: torch.dtype,
     max_grad_norm: float,
     bar=None,
+    progress: EpochProgress | None = None,
+    after_step: Callable[[EpochProgress], None] | None = None,
 ) -> dict[str, float]:
     """One pass over `batches`, one optimizer step per batch; returns the per-sample mean loss.
 
     Raises NonFiniteLoss, naming the first bad step, when a loss was inf or nan. `bar`, a tqdm
     progress bar or None, advances one step per batch.
+    `progress`, the epoch so far when a resumed epoch goes on (its batches start after the
+    used ones), gains each step; `after_step` is called with it after each optimizer step.
     """
     model.train()  # R9: evaluate() left the model in eval mode
-    # With fp16 the scaler skips updates whose gradients overflowed; the optimizer's own step
-    # count then stands still, so skipped steps are counted without reading anything per step.
-    updates_before = applied_updates(optimizer)
-    losses, sizes = [], []
+    progress = EpochProgress() if progress is None else progress
+    if progress.updates_before is None:  # a resumed epoch keeps the count it began with
+        # With fp16 the scaler skips updates whose gradients overflowed; the optimizer's own
+        # step count then stands still, so skipped steps are counted without reading anything
+        # per step.
+        progress.updates_before = applied_updates(optimizer)
+    losses, sizes = progress.losses, progress.sizes
     for inputs, targets in batches:
         optimizer.zero_grad(set_to_none=True)  # R2: drop the last step's gradients before backward
         # R6: autocast covers the forward pass and the loss only, never backward or the step.
@@ -82,10 +122,13 @@ def train_one_epoch(
         # R11: detached, so no graph is kept; read from the device once per CHECK_EVERY steps.
         losses.append(loss.detach())
         sizes.append(len(targets))
+        progress.batches += 1
         if len(losses) % CHECK_EVERY == 0 and not torch.isfinite(losses[-1]):
             break
         if bar is not None:
             show_progress(bar, losses)
+        if after_step is not None:
+            after_step(progress)  # C5: a mid-epoch checkpoint, when one is due, goes here
     # R12: weighted by batch size, so a smaller last batch counts for the samples it holds.
     weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
     per_step = torch.stack(losses).double()
@@ -93,7 +136,7 @@ def train_one_epoch(
     if not math.isfinite(mean_loss):  # one read per epoch; the first bad step only on failure
         step = int(torch.isfinite(per_step).logical_not().nonzero()[0])
         raise NonFiniteLoss("training", per_step[step].item(), step + 1)
-    skipped = len(losses) - (applied_updates(optimizer) - updates_before)
+    skipped = len(losses) - (applied_updates(optimizer) - progress.updates_before)
     return {"loss": mean_loss, "skipped_steps": skipped}
 
 

@@ -1,4 +1,5 @@
-"""Seeding, deterministic mode, and capture/restore of every random number generator."""
+"""Seeding, deterministic mode, capture/restore of every random number generator, and a batch
+order that a resumed run takes up in the middle of an epoch."""
 
 import os
 import random
@@ -49,3 +50,32 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class ResumableOrder:
+    """What a task's training batcher needs to go on from the middle of an epoch (C5).
+
+    The epoch's batch order is drawn again from the generator's state at the epoch's start,
+    the batches already used are left out without being built (no image decoded, no row read),
+    and the generator is then put back where it stood after them: crops and flips that draw
+    from it go on exactly as in the run that was not stopped.
+    """
+
+    generator: torch.Generator
+    _resume: tuple[int, torch.Tensor] | None = None
+
+    def resume_at(self, used: int, epoch_state: torch.Tensor, state: torch.Tensor) -> None:
+        """Make the next epoch start after its first `used` batches. `epoch_state` is the
+        generator's state when that epoch began, `state` its state after those batches."""
+        self.generator.set_state(epoch_state)
+        self._resume = (used, state)
+
+    def unused(self, batches: list) -> list:
+        """This epoch's batches, just drawn, less those that a resumed epoch used already."""
+        if self._resume is None:
+            return batches
+        used, state = self._resume
+        self._resume = None
+        # After the order is drawn, never before: the order comes from the epoch's first state.
+        self.generator.set_state(state)
+        return batches[used:]

@@ -20,6 +20,7 @@ from .images import (
     unlabelled_images,
 )
 from .interface import UnknownLabel
+from .seed import ResumableOrder
 from .streaming import ImageFiles, loader, sample_stats
 from .synthetic import SHAPES, make_synthetic
 from .task import Task
@@ -314,7 +315,7 @@ class NewData:
         return torch.zeros(2, *self.input_shape)
 
 
-class Batches:
+class Batches(ResumableOrder):
     """Mini-batches of images, one index per batch, as uint8 until they reach the device.
 
     Images in memory are indexed a batch at a time; streamed ones are decoded by DataLoader
@@ -366,7 +367,8 @@ class Batches:
         # is the only one.
         if len(batches) > 1 and len(batches[-1]) < self.batch_size:
             batches.pop()
-        return shard_training(batches, self.ctx)
+        shards = shard_training(batches, self.ctx)
+        return self.unused(shards) if draw else shards  # C5: a resumed epoch goes on
 
     def __len__(self) -> int:
         """This rank's number of batches per epoch."""

@@ -65,11 +65,16 @@ class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model,
     # "mlflow": every setting, each epoch's metrics and the run's files in an MLflow run (needs
     # the mlflow extra), in the store MLFLOW_TRACKING_URI names, else OUT's parent/mlflow.db.
     tracking: str = "none"
-    # last.pt, best.pt and metrics.csv are written after an epoch when this many seconds have
-    # passed since their last write (0: after every epoch), and always after the last epoch, an
-    # early stop, Ctrl-C or a diverged loss. A run killed outright (SIGKILL, power cut) resumes
-    # from up to this many seconds back and trains those epochs again, to the same result.
+    # last.pt, best.pt and metrics.csv are written once this many seconds have passed since
+    # their last write: after an epoch, or inside a long epoch after an optimizer step (C5).
+    # 0: after every epoch and never inside one. Always after the last epoch, an early stop,
+    # Ctrl-C, SIGTERM or a diverged loss; never more often than 50 times a write's own duration
+    # (a large model's write stays under 2% of the run). A run killed outright (SIGKILL, power
+    # cut) resumes from up to this many seconds back and trains them again, to the same result.
     checkpoint_every_s: float = 10.0
+    # Also write last.pt after this many optimizer steps since its last write, inside an epoch
+    # or at its end (0: by time only).
+    checkpoint_every_steps: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -104,6 +109,10 @@ class Config(TaskSettings, ModelSettings, DataSettings):  # fields: data, model,
             (
                 0.0 <= self.checkpoint_every_s <= 10**6,
                 "checkpoint_every_s must be between 0 and 1000000",
+            ),
+            (
+                0 <= self.checkpoint_every_steps <= 10**9,
+                "checkpoint_every_steps must be between 0 and 1000000000",
             ),
         ]
         checks += self.data_checks() + self.model_checks() + self.task_checks()

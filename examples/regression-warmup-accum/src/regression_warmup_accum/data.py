@@ -23,6 +23,7 @@ from pyarrow import parquet
 from .checkpoint import content_digest
 from .encoding import MISSING, UNKNOWN, Columns, Encoding
 from .interface import UnknownLabel
+from .seed import ResumableOrder
 from .storage import Rows, Storage
 from .task import TARGET_TYPE, Task, bulk_targets, empty_targets, make_synthetic, parse_target
 
@@ -1010,7 +1011,7 @@ class NewData:
         return torch.zeros(2, width)
 
 
-class Batches:
+class Batches(ResumableOrder):
     """Mini-batches of tensors already in memory, one index per batch instead of one per sample.
 
     Shuffling uses the batcher's own seeded generator, so the batch order is repeatable and
@@ -1038,6 +1039,7 @@ class Batches:
                 yield self.features[start:end], self.targets[start:end]
             return
         # The last batch may be smaller: the MLP has no BatchNorm, and every sample counts.
-        order = torch.randperm(n, generator=self.generator).to(self.features.device)
-        for index in order.split(self.batch_size):
+        order = torch.randperm(n, generator=self.generator)
+        for index in self.unused(list(order.split(self.batch_size))):  # C5: a resumed epoch goes on
+            index = index.to(self.features.device)
             yield self.features[index], self.targets[index]

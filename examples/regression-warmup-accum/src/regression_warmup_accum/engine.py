@@ -1,7 +1,7 @@
 """One training epoch and one validation pass: the code whose order matters."""
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -47,6 +47,32 @@ class EpochSums:
         return metrics
 
 
+class EpochProgress:
+    """How far a training epoch has gone: each optimizer step's loss and sample count, and the
+    batches used. A mid-epoch checkpoint saves it and a resumed epoch goes on from it, so the
+    epoch's mean loss is the uninterrupted epoch's to the bit (C5)."""
+
+    def __init__(self, state: dict | None = None, device=None) -> None:
+        self.losses: list[torch.Tensor] = []  # one per optimizer step, left on the device (R11)
+        self.sizes: list[int] = []  # samples per optimizer step
+        self.batches = 0  # batches the steps so far used
+        if state is not None:
+            self.losses = list(state["losses"].to(device).unbind())
+            self.sizes, self.batches = list(state["sizes"]), state["batches"]
+
+    @property
+    def steps(self) -> int:
+        return len(self.sizes)
+
+    def finite(self) -> bool:
+        """Whether every loss so far is finite (reads them from the device: call it rarely)."""
+        return not self.losses or bool(torch.isfinite(torch.stack(self.losses)).all())
+
+    def state_dict(self) -> dict:
+        losses = torch.stack(self.losses).cpu() if self.losses else torch.empty(0)
+        return {"losses": losses, "sizes": list(self.sizes), "batches": self.batches}
+
+
 def train_one_epoch(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -56,6 +82,8 @@ def train_one_epoch(
     grad_accum: int = 1,
     bar=None,
     schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+    progress: EpochProgress | None = None,
+    after_step: Callable[[EpochProgress], None] | None = None,
 ) -> dict[str, float]:
     """One pass over `batches`, one optimizer step per `grad_accum` batches (a window); returns
     the per-sample mean loss.
@@ -65,10 +93,13 @@ def train_one_epoch(
     step, when a loss was inf or nan. `bar`, a tqdm progress bar or None, advances one step
     per optimizer step.
     `schedule`, a learning-rate schedule counted in optimizer steps or None, steps after each.
+    `progress`, the epoch so far when a resumed epoch goes on (its batches start after the
+    used ones), gains each step; `after_step` is called with it after each optimizer step.
     """
     model.train()  # R9: evaluate() left the model in eval mode
+    progress = EpochProgress() if progress is None else progress
     # One entry per optimizer step: the window's per-sample mean loss and its sample count.
-    losses, sizes = [], []
+    losses, sizes = progress.losses, progress.sizes
     for window in accumulation_windows(batches, grad_accum):
         samples = sum(len(targets) for _, targets in window)
         optimizer.zero_grad(set_to_none=True)  # R2, R14: once per window, before its backward
@@ -89,10 +120,13 @@ def train_one_epoch(
         # R11: read from the device once per CHECK_EVERY optimizer steps.
         losses.append(window_loss)
         sizes.append(samples)
+        progress.batches += len(window)  # C5: a checkpoint falls between windows, never inside
         if len(losses) % CHECK_EVERY == 0 and not torch.isfinite(losses[-1]):
             break
         if bar is not None:
             show_progress(bar, losses)
+        if after_step is not None:
+            after_step(progress)  # C5: a mid-epoch checkpoint, when one is due, goes here
     # R12: weighted by batch size, so a smaller last batch counts for the samples it holds.
     weights = torch.tensor(sizes, dtype=torch.float64, device=losses[0].device)
     per_step = torch.stack(losses).double()

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from . import TEMPLATE_VERSION, tracking
 from .checkpoint import (
+    TRAINING_RUN_HINT,
     CheckpointError,
     copy_to_cpu,
     link_checkpoint,
@@ -31,7 +32,7 @@ from .checkpoint import (
 )
 from .config import Config, ConfigError, dump_config, load_config
 from .data import DATA_FLAGS, Batches, DataError, load_data
-from .engine import NonFiniteLoss, evaluate, train_one_epoch
+from .engine import EpochProgress, NonFiniteLoss, evaluate, train_one_epoch
 from .model import build_model
 from .plot import PlotError, have_matplotlib, write_curves
 from .seed import rng_state, seed_everything, set_rng_state
@@ -78,6 +79,7 @@ CHANGEABLE_ON_RESUME = (
     "tensorboard",
     "tracking",
     "checkpoint_every_s",
+    "checkpoint_every_steps",
     "val_batch_size",
 )
 
@@ -88,13 +90,16 @@ class TrainingDiverged(ArithmeticError):
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM, SIGHUP, a closed stdout) during training, with the epoch it stopped
-    in and the signal that stopped it."""
+    in, the signal that stopped it and, after a SIGTERM, the step it saved (C5)."""
 
-    def __init__(self, epoch: int, saved: bool, signum: int = signal.SIGINT) -> None:
+    def __init__(
+        self, epoch: int, saved: bool, signum: int = signal.SIGINT, step: str = ""
+    ) -> None:
         super().__init__(epoch)
         self.epoch = epoch
         self.saved = saved  # whether last.pt holds an epoch of this run to resume from
         self.signum = signum
+        self.step = step  # "step 40 of 100", where a mid-epoch checkpoint was written
 
 
 class Stopped(KeyboardInterrupt):
@@ -105,17 +110,37 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+class StopRequest:
+    """A SIGTERM or SIGHUP that arrived while an epoch trained: the loop writes a mid-epoch
+    checkpoint at the end of the optimizer step it is in, then stops (C5). Schedulers send
+    SIGTERM a grace period before SIGKILL; stopping mid-step would lose the epoch so far."""
+
+    def __init__(self) -> None:
+        self.deferring = False  # True while train_one_epoch runs: a stop waits for its step
+        self.signum: int | None = None  # the signal received, once one is
+        self.raised = False  # Stopped raised: later signals are ignored while the run saves
+
+
+STOP = StopRequest()
+
+
 def stop_on_signals():
-    """Make SIGTERM and SIGHUP raise Stopped (once: a second one while the run saves its last
-    epoch is ignored); returns what puts the previous handlers back."""
+    """Make SIGTERM and SIGHUP stop the run: at the next optimizer step's end while an epoch
+    trains (C5), else at once by raising Stopped. A second signal while the step ends raises
+    Stopped at once; one while the run saves its last state is ignored. Returns what puts the
+    previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None  # only the main thread may handle signals
-    received = []
+    STOP.signum, STOP.raised = None, False  # a new run (tests run several in one process)
 
     def handler(signum, frame):
-        if not received:
-            received.append(signum)
-            raise Stopped(signum)
+        if STOP.raised:
+            return
+        if STOP.deferring and STOP.signum is None:
+            STOP.signum = signum  # the training loop saves and stops at its step's end
+            return
+        STOP.raised = True
+        raise Stopped(signum)
 
     names = [name for name in STOP_SIGNALS if hasattr(signal, name)]  # Windows has no SIGHUP
     previous = {
@@ -137,14 +162,22 @@ def stop_signal(err: BaseException | None) -> int:
     return signal.SIGINT
 
 
-def stop_message(signum: int, epoch: int | None) -> str:
+def stop_message(signum: int, epoch: int | None, step: str = "") -> str:
     """The one line of a stopped run, without what to do next."""
     where = f"at epoch {epoch}" if epoch is not None else "before training started"
+    if step:
+        where += f" (last.pt holds it up to {step})"
     if signum == signal.SIGINT:
         return f"interrupted {where}"
     if signum == getattr(signal, "SIGPIPE", 13):
         return f"stopped {where}: its output was closed (SIGPIPE)"
     return f"stopped by {signal.Signals(signum).name} {where}"
+
+
+def finite_weights(model: torch.nn.Module) -> bool:
+    """Whether every weight and buffer is finite (BatchNorm's running variance can overflow
+    while the loss stays finite); reads the whole model from the device."""
+    return all(value.isfinite().all() for value in model.state_dict().values())
 
 
 def resolve_device(name: str) -> torch.device:
@@ -170,9 +203,10 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, steps_per_epo
     return WarmupCosine(optimizer, cfg.warmup_steps, steps_per_epoch, cfg.epochs, cfg.min_lr)
 
 
-def epoch_bar(epoch: int, epochs: int, steps: int) -> tqdm:
-    """A bar over one epoch's training steps, on stderr; cleared when the epoch's line prints."""
-    return tqdm(total=steps, desc=f"epoch {epoch}/{epochs}", unit="step", leave=False)
+def epoch_bar(epoch: int, epochs: int, steps: int, done: int = 0) -> tqdm:
+    """A bar over one epoch's training steps, on stderr; cleared when the epoch's line prints.
+    `done`: the steps a resumed epoch trained before its checkpoint."""
+    return tqdm(total=steps, initial=done, desc=f"epoch {epoch}/{epochs}", unit="step", leave=False)
 
 
 def load_summary_writer():
@@ -232,26 +266,52 @@ LIVE_STATE = (
 
 
 class RunWriter:
-    """Writes last.pt, best.pt and metrics.csv at the end of an epoch, at most every `every_s`
-    seconds (0: every epoch), and always after the run's last epoch.
+    """Writes last.pt, best.pt and metrics.csv once `every_s` seconds or `every_steps`
+    optimizer steps have passed since the last write: at the end of an epoch (every_s 0: every
+    epoch) or inside one, after an optimizer step (C5); and always after the run's last epoch.
 
     An epoch left unwritten is kept as a copy on the CPU and written when the run stops in
-    Python (an early stop, Ctrl-C, a diverged loss): only a kill or a power cut loses epochs,
-    at most `every_s` seconds of them, which a resumed run trains again to the same bits (S5).
+    Python (an early stop, Ctrl-C, a diverged loss): only a kill or a power cut loses work,
+    at most `every_s` seconds of it, which a resumed run trains again to the same bits (S5).
     best.pt always holds the best of the epochs up to last.pt's (R13).
     """
 
-    def __init__(self, out: Path, every_s: float, saved_epoch: int = 0, after_write=None) -> None:
+    # Writes are at least this many times their own duration apart: a model whose checkpoint
+    # takes seconds to write spends at most 2% of the run writing it, whatever every_s says.
+    SPACING = 50
+
+    def __init__(
+        self,
+        out: Path,
+        every_s: float,
+        saved_epoch: int = 0,
+        after_write=None,
+        every_steps: int = 0,
+        saved_step: int = 0,
+    ) -> None:
         self.out, self.every_s, self.saved_epoch = out, every_s, saved_epoch
+        self.every_steps, self.saved_step = every_steps, saved_step  # saved_step: optimizer steps
+        self.saved_inside = ""  # "step 40 of 100" when last.pt was written inside an epoch
         # Called with the history once last.pt and metrics.csv hold it (MLflow's logging).
         self.after_write = after_write
         self.written_at = time.monotonic()
+        self.write_s = 0.0  # how long the last write took
         self.pending: dict | None = None  # the newest epoch's state, when not yet written
         self.best: dict | None = None  # the best epoch's state, when best.pt lacks it
 
+    def due(self, step: int, inside: bool = False) -> bool:
+        """Whether last.pt is due after optimizer step `step` of the run: at an epoch's end,
+        or `inside` one (C5: never with every_s 0)."""
+        if self.every_steps and step - self.saved_step >= self.every_steps:
+            return True
+        if inside and self.every_s == 0:
+            return False
+        wait = max(self.every_s, self.SPACING * self.write_s)
+        return time.monotonic() - self.written_at >= wait
+
     def end_epoch(self, state: dict, improved: bool, final: bool) -> None:
         """Write this epoch's state now if it is due, else keep a copy of it."""
-        if final or time.monotonic() - self.written_at >= self.every_s:
+        if final or self.every_s == 0 or self.due(state["global_step"]):
             self.write(state, improved)
             return
         # Training changes these in place; the other entries are built afresh each epoch.
@@ -279,20 +339,33 @@ class RunWriter:
     def kept(self) -> str:
         """What a run that stops on an error has saved, for its message."""
         last = self.out / "last.pt"
-        return f"{last} keeps epoch {self.saved_epoch}" if last.exists() else "nothing was saved"
+        if not last.exists():
+            return "nothing was saved"
+        if self.saved_inside:
+            return f"{last} keeps epoch {self.saved_epoch + 1} up to {self.saved_inside}"
+        return f"{last} keeps epoch {self.saved_epoch}"
+
+    def write_inside(self, state: dict, where: str) -> None:
+        """Write a mid-epoch state (C5), `where` the epoch's step it holds ("step 4 of 9")."""
+        self.write(state, improved=False)
+        self.saved_inside = where
 
     def write(self, state: dict, improved: bool) -> None:
+        started = time.perf_counter()
         best, self.pending, self.best = self.best, None, None
         if best is not None and not improved:
             # An earlier, unwritten epoch was the best: best.pt gets it before last.pt, which
             # names it as its best epoch (a resume with early stopping reads it, R13).
             save_checkpoint(best, self.out / "best.pt")
         save_checkpoint(state, self.out / "last.pt")
-        self.saved_epoch = state["epoch"]
+        self.saved_epoch, self.saved_step = state["epoch"], state["global_step"]
+        self.saved_inside = ""
         if improved:  # the same state: a second name for last.pt's file, not a second write
             link_checkpoint(self.out / "last.pt", self.out / "best.pt")
-        write_metrics(self.out / "metrics.csv", state["history"])
+        if state["history"]:  # none yet inside the first epoch
+            write_metrics(self.out / "metrics.csv", state["history"])
         self.written_at = time.monotonic()
+        self.write_s = time.perf_counter() - started
         if self.after_write is not None:
             self.after_write(state["history"])
 
@@ -411,6 +484,32 @@ def check_checkpoint(checkpoint: dict, path: str | Path) -> None:
         + ("rng", "batch_rng", "data"),
         path,
     )
+    if "position" in checkpoint:
+        check_position(checkpoint["position"], path)
+
+
+def check_position(position, path: str | Path) -> None:
+    """Refuse a mid-epoch position (C5) that this project did not write as it is."""
+    fields = {"steps": int, "batches": int, "batch_rng": torch.Tensor, "lr": float}
+    fields["progress"] = dict
+    progresses = [position.get("progress") if isinstance(position, dict) else None]
+    well_formed = isinstance(position, dict) and all(
+        isinstance(position.get(key), kind) for key, kind in fields.items()
+    )
+    for progress in progresses:
+        well_formed = (
+            well_formed
+            and isinstance(progress, dict)
+            and isinstance(progress.get("losses"), torch.Tensor)
+            and isinstance(progress.get("sizes"), list)
+            and len(progress["sizes"]) == len(progress["losses"]) == position["steps"]
+            and isinstance(progress.get("batches"), int)
+        )
+    if not well_formed:
+        raise CheckpointError(
+            f"checkpoint {path} has a damaged 'position' entry (where inside an epoch it was "
+            f"written); {TRAINING_RUN_HINT}"
+        )
 
 
 def check_resume_settings(cfg: Config, checkpoint: dict, path: str | Path) -> None:
@@ -483,9 +582,13 @@ def holds_run(out: Path, checkpoint: dict, checkpoint_path: Path | None) -> bool
         return False
 
 
-def load_best(checkpoint: dict, path: Path) -> dict:
-    """The best epoch's checkpoint of a resumed run: itself, or the best.pt of the same run."""
-    if checkpoint["best_epoch"] == checkpoint["epoch"]:
+def load_best(checkpoint: dict, path: Path) -> dict | None:
+    """The best epoch's checkpoint of a resumed run: itself, or the best.pt of the same run;
+    None inside the first epoch (C5), which has no best epoch yet."""
+    if checkpoint["best_epoch"] == 0 and "position" in checkpoint:
+        return None
+    # A mid-epoch checkpoint (C5) has trained past its best epoch's end: never the best itself.
+    if checkpoint["best_epoch"] == checkpoint["epoch"] and "position" not in checkpoint:
         return checkpoint
     best_path = path.parent / "best.pt"
     best = load_checkpoint(best_path)
@@ -501,7 +604,9 @@ def relink_best(checkpoint: dict, path: Path, out: Path) -> None:
     """Give best.pt back its epoch when a run was killed between writing last.pt and linking
     best.pt to it: the resumed last.pt names itself as the best epoch (R13)."""
     last, best = out / "last.pt", out / "best.pt"
-    if checkpoint["best_epoch"] != checkpoint["epoch"] or not last.is_file():
+    if checkpoint["best_epoch"] != checkpoint["epoch"] or "position" in checkpoint:
+        return  # another epoch's, or a mid-epoch checkpoint (C5), which is never the best
+    if not last.is_file():
         return
     if last.samefile(path) and not (best.exists() and best.samefile(last)):
         link_checkpoint(last, best)
@@ -618,13 +723,22 @@ def fit(
 
     # Each run has an id, saved in its checkpoints: a resumed run knows its own best.pt.
     run_id, start_epoch, best_epoch, best_val_loss, history = uuid.uuid4().hex, 1, 0, math.inf, []
+    progress = None  # the epoch in progress, when a resume goes on inside one (C5)
     if checkpoint is not None:  # S5: restore every state, not only the weights
         check_same_data(checkpoint, data, checkpoint_path)
+        position = checkpoint.get("position")  # where a mid-epoch checkpoint stopped (C5)
         try:
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
             scheduler.load_state_dict(checkpoint["scheduler"])
-            train_batches.generator.set_state(checkpoint["batch_rng"])
+            if position is None:
+                train_batches.generator.set_state(checkpoint["batch_rng"])
+            else:  # C5: the epoch's batch order again, going on after the batches it used
+                train_batches.resume_at(
+                    position["batches"], position["batch_rng"], checkpoint["batch_rng"]
+                )
+                progress = EpochProgress(position["progress"], device)
+                lr, epoch_rng = position["lr"], position["batch_rng"]
             set_rng_state(checkpoint["rng"])
         except (KeyError, RuntimeError, TypeError, ValueError) as err:
             if isinstance(err, CheckpointError):
@@ -657,24 +771,96 @@ def fit(
 
     # MLflow gets each epoch once last.pt holds it: a killed run leaves it behind, never ahead.
     log_epochs = tracker.log_epochs if tracker is not None else None
-    files = RunWriter(out, cfg.checkpoint_every_s, start_epoch - 1, after_write=log_epochs)
+    files = RunWriter(
+        out,
+        cfg.checkpoint_every_s,
+        start_epoch - 1,
+        after_write=log_epochs,
+        every_steps=cfg.checkpoint_every_steps,
+        saved_step=(start_epoch - 1) * steps_per_epoch + (progress.steps if progress else 0),
+    )
     settings, data_state = dataclasses.asdict(cfg), data.state_dict()  # the same every epoch
+
+    def checkpoint_state(epoch_done: int, position: dict | None = None) -> dict:
+        """Everything a resume needs (S5), after `epoch_done` epochs and, with `position`, part
+        of the next one (C5)."""
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "epoch": epoch_done,
+            "global_step": epoch_done * steps_per_epoch + (position or {}).get("steps", 0),
+            "best_epoch": best_epoch,
+            "best_val_loss": best_val_loss,
+            "history": list(history),  # a copy: the next epochs append to `history`
+            "rng": rng_state(),
+            "batch_rng": train_batches.generator.get_state(),
+            "config": settings,
+            "data": data_state,
+            "run_id": run_id,
+            "mlflow_run_id": mlflow_run_id,
+            "project": PROJECT,
+            "template_version": TEMPLATE_VERSION,
+        }
+        if position is not None:
+            state["position"] = position
+        return state
+
+    def save_inside(progress: EpochProgress, trained: bool = False) -> None:
+        """C5: after an optimizer step, write a mid-epoch checkpoint when one is due or a
+        SIGTERM came, then stop if one came. `trained`: the epoch's steps are all done (only
+        a SIGTERM that came after its last step is left to act on)."""
+        step = (epoch - 1) * steps_per_epoch + progress.steps
+        due = not trained and files.due(step, inside=True)
+        stopping = STOP.signum is not None
+        if not (due or stopping):
+            return
+        # Weights that a bad step broke are never saved; the loop stops on them itself.
+        good = progress.finite() and finite_weights(model)
+        if good:
+            position = {
+                "steps": progress.steps,
+                "batches": progress.batches,  # used by those steps
+                "batch_rng": epoch_rng,  # the batch order's generator when the epoch began
+                "lr": lr,  # the rate the epoch began with, for its metrics row
+                "progress": progress.state_dict(),  # the losses so far
+            }
+            state = checkpoint_state(epoch - 1, position)
+            files.write_inside(state, f"step {progress.steps} of {steps_per_epoch}")
+        if stopping:
+            STOP.raised = True  # another signal while the run stops is ignored
+            raise Stopped(STOP.signum or signal.SIGTERM)
+
     epoch, bar = start_epoch, None
     try:
         for epoch in range(start_epoch, cfg.epochs + 1):
             started = time.perf_counter()
-            lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
-            bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch) if show_bar else None
-            train = train_one_epoch(
-                model,
-                train_batches,
-                optimizer,
-                data.task,
-                max_grad_norm=cfg.max_grad_norm,
-                grad_accum=cfg.grad_accum,
-                bar=bar,
-                schedule=scheduler,  # R7: stepped after each optimizer step
-            )
+            if progress is None:  # a new epoch; a resumed one goes on from its checkpoint (C5)
+                progress = EpochProgress()
+                lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
+                epoch_rng = train_batches.generator.get_state()  # C5: its order, for a resume
+            if show_bar:
+                bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch, done=progress.steps)
+            STOP.deferring = True  # C5: SIGTERM now waits for the end of an optimizer step
+            try:
+                train = train_one_epoch(
+                    model,
+                    train_batches,
+                    optimizer,
+                    data.task,
+                    max_grad_norm=cfg.max_grad_norm,
+                    grad_accum=cfg.grad_accum,
+                    bar=bar,
+                    schedule=scheduler,  # R7: stepped after each optimizer step
+                    progress=progress,
+                    after_step=save_inside,
+                )
+            finally:
+                STOP.deferring = False
+            # A SIGTERM after the epoch's last step (under torchrun, after the ranks last
+            # agreed): saved with every step done, before validation, and the run stops.
+            save_inside(progress, trained=True)
+            progress = None
             if bar is not None:
                 bar.close()  # the epoch's line takes its place
             # A model left broken (e.g. BatchNorm's running variance overflowed while the loss
@@ -695,24 +881,7 @@ def fit(
             if writer is not None:
                 log_epoch(writer, row)
 
-            state = {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "epoch": epoch,
-                "global_step": epoch * steps_per_epoch,  # optimizer steps
-                "best_epoch": best_epoch,
-                "best_val_loss": best_val_loss,
-                "history": list(history),  # a copy: the next epochs append to `history`
-                "rng": rng_state(),
-                "batch_rng": train_batches.generator.get_state(),
-                "config": settings,
-                "data": data_state,
-                "run_id": run_id,
-                "mlflow_run_id": mlflow_run_id,
-                "project": PROJECT,
-                "template_version": TEMPLATE_VERSION,
-            }
+            state = checkpoint_state(epoch)
             files.end_epoch(state, improved, final=epoch == cfg.epochs)
             seconds = time.perf_counter() - started
             print(format_row(row, improved, seconds, cfg.epochs), flush=True)
@@ -727,7 +896,8 @@ def fit(
         saved = (out / "last.pt").exists()
         if tracker is not None:
             tracker.end("KILLED")  # the files saved so far; a second Ctrl-C skips them
-        raise Interrupted(epoch, saved=saved, signum=stop_signal(err)) from None
+        step = files.saved_inside if saved else ""  # C5: a SIGTERM's mid-epoch checkpoint
+        raise Interrupted(epoch, saved=saved, signum=stop_signal(err), step=step) from None
     except OSError as err:  # a full disk, or --out removed during the run
         if tracker is not None:
             tracker.end("FAILED")
@@ -873,7 +1043,7 @@ def run(argv: list[str] | None = None) -> int:
         else:
             hint = "no epoch was saved, so start the run again"
         if tells_how_it_stopped():
-            print(f"{stop_message(err.signum, err.epoch)}; {hint}", file=sys.stderr)
+            print(f"{stop_message(err.signum, err.epoch, err.step)}; {hint}", file=sys.stderr)
         return 128 + err.signum  # EXIT_INTERRUPTED for Ctrl-C
     except KeyboardInterrupt as err:
         signum = stop_signal(err)

@@ -12,6 +12,7 @@ import torch
 
 from .checkpoint import content_digest
 from .interface import UnknownLabel
+from .seed import ResumableOrder
 from .synthetic import CLASSES, make_documents
 from .task import Task, class_order, parse_label
 from .tokens import PAD, TOKEN, UNK, Vocabulary
@@ -463,7 +464,7 @@ def _read_labelled_folder(root: Path) -> tuple[list[str], list[str], list[str]]:
 # Batches
 
 
-class Batches:
+class Batches(ResumableOrder):
     """Mini-batches of (token ids, targets), each padded with <pad> to its longest document.
 
     Training batches are drawn from the batcher's own seeded generator: a random order, then,
@@ -491,13 +492,13 @@ class Batches:
             return list(torch.argsort(self.lengths, stable=True).split(self.batch_size))
         order = torch.randperm(len(self.lengths), generator=self.generator)
         if self.bucket_batches == 1:
-            return list(order.split(self.batch_size))
+            return self.unused(list(order.split(self.batch_size)))  # C5: a resumed epoch goes on
         batches = []
         for window in order.split(self.batch_size * self.bucket_batches):
             by_length = window[torch.argsort(self.lengths[window], stable=True)]
             batches += by_length.split(self.batch_size)
         shuffled = torch.randperm(len(batches), generator=self.generator)
-        return [batches[i] for i in shuffled.tolist()]
+        return self.unused([batches[i] for i in shuffled.tolist()])  # C5: a resumed epoch goes on
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)

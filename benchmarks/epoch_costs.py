@@ -13,7 +13,8 @@ in each repetition (figures: median and min-max over the repetitions):
   metrics.csv and checkpoints as its settings say) against a minimal train+validate script: the
   same seeding, data, model and optimizer, each epoch a training pass and a validation pass
   (per-sample mean loss, one read per epoch, in fit's validation batches); and the same `fit`
-  with checkpoint_every_s=0 (last.pt, best.pt and metrics.csv written after every epoch);
+  with checkpoint_every_s=0 (last.pt, best.pt and metrics.csv written after every epoch), and
+  with checkpoint_every_s=0.5 (also written inside epochs, at an optimizer step, C5);
 - the per-epoch costs in milliseconds: evaluate (in fit's validation batches, and in
   training-sized ones), write_metrics, save_checkpoint with and without fsync, best.pt written
   a second time against linked, the CPU copy of an unwritten epoch; and all that a fit spends
@@ -119,10 +120,10 @@ def fit_loops(project: Project, cfg, tmp: Path):
     minimal train+validate script."""
     p = project
 
-    def generated(every_s):
+    def generated(every_s, **settings):
         def run():
             with contextlib.redirect_stdout(io.StringIO()):  # fit prints a line per epoch
-                p.train.fit(replace(cfg, checkpoint_every_s=every_s), overwrite=True)
+                p.train.fit(replace(cfg, checkpoint_every_s=every_s, **settings), overwrite=True)
 
         return run
 
@@ -142,6 +143,8 @@ def fit_loops(project: Project, cfg, tmp: Path):
     return {
         f"fit (checkpoint_every_s {default_every_s:g}, the default)": generated(default_every_s),
         "fit (checkpoint_every_s 0: every epoch written)": generated(0.0),
+        # C5: last.pt written inside epochs too, every 0.5 s (20 times the default rate).
+        "fit (checkpoint_every_s 0.5: written inside epochs)": generated(0.5),
         "minimal": minimal,
     }
 

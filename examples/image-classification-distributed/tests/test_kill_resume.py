@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -33,7 +34,8 @@ SETTINGS = ["--epochs", "4", "--device", "cpu", "--set", "checkpoint_every_s=0",
 # own forked from this one, which has paid for importing torch once; prints the exit codes.
 # A list that starts with "kill" makes that run write half of epoch 2's last.pt into
 # save_checkpoint's temporary file and then SIGKILL itself: no Python cleanup runs, as after
-# a power cut, an out-of-memory kill or a cluster scheduler's kill.
+# a power cut, an out-of-memory kill or a cluster scheduler's kill. "kill-at", N does the
+# same while writing the mid-epoch last.pt of optimizer step N (C5).
 RUNS = """
 import io, json, os, runpy, signal, sys, traceback
 
@@ -63,12 +65,24 @@ def save_then_die_in_epoch_2(state, path):
     real_save_checkpoint(state, path)
 
 
+def save_then_die_at(step):
+    def save(state, path):  # C5: inside an epoch, while writing that step's last.pt
+        if "position" in state and state["global_step"] == step:
+            torch.save = write_half_then_die
+        real_save_checkpoint(state, path)
+
+    return save
+
+
 def train(args):
     code = 1  # an unexpected exception, whose traceback is printed below
     try:
         if args[:1] == ["kill"]:
             checkpoint.save_checkpoint = save_then_die_in_epoch_2
             args = args[1:]
+        elif args[:1] == ["kill-at"]:
+            checkpoint.save_checkpoint = save_then_die_at(int(args[1]))
+            args = args[2:]
         sys.argv = [TRAIN, *args]
         runpy.run_module(TRAIN, run_name="__main__", alter_sys=True)
         code = 0
@@ -143,4 +157,48 @@ def test_kill_during_checkpoint_write_then_resume_is_bitwise_equal(tmp_path):
             for key, tensor in expected["model"].items():
                 assert torch.equal(actual["model"][key], tensor), (seed, name, key)
         # The resumed run cleared what the killed one left behind.
+        assert temporaries(killed[seed]) == [], seed
+
+
+def test_kill_while_writing_a_mid_epoch_checkpoint_then_resume_is_bitwise_equal(tmp_path):
+    # C5: last.pt written after every optimizer step; the run dies while writing the one of a
+    # step drawn from the seed, inside an epoch.
+    inside = [*SETTINGS, "--set", "checkpoint_every_steps=1"]
+    full = {seed: tmp_path / f"full-{seed}" for seed in SEEDS}
+    killed = {seed: tmp_path / f"killed-{seed}" for seed in SEEDS}
+    train(
+        *[inside + ["--seed", str(seed), "--out", str(full[seed])] for seed in SEEDS],
+        cwd=tmp_path,
+        expect=[0] * len(SEEDS),
+    )
+    steps = {seed: load_checkpoint(full[seed] / "last.pt")["global_step"] for seed in SEEDS}
+    per_epoch = {seed: steps[seed] // 4 for seed in SEEDS}
+    # A step inside an epoch (not its last), after the first: its predecessor is on disk.
+    at = {
+        seed: random.Random(seed).choice(
+            [s for s in range(2, steps[seed]) if s % per_epoch[seed]] or [steps[seed] - 1]
+        )
+        for seed in SEEDS
+    }
+    runs = [
+        ["kill-at", str(at[seed]), *inside, "--seed", str(seed), "--out", str(killed[seed])]
+        for seed in SEEDS
+    ]
+    train(*runs, cwd=tmp_path, expect=[-signal.SIGKILL] * len(SEEDS))
+    for seed in SEEDS:
+        # C2, C5: last.pt is the step before, whole; the cut one only in a temporary file.
+        saved = load_checkpoint(killed[seed] / "last.pt")
+        assert saved["global_step"] == at[seed] - 1, f"C5: {saved['global_step']} saved"
+    train(
+        *[["--resume", str(killed[seed] / "last.pt")] for seed in SEEDS],
+        cwd=tmp_path,
+        expect=[0] * len(SEEDS),
+    )
+    for seed in SEEDS:
+        metrics = (killed[seed] / "metrics.csv").read_bytes()
+        assert metrics == (full[seed] / "metrics.csv").read_bytes(), f"C5: seed {seed}"
+        expected = load_checkpoint(full[seed] / "last.pt")
+        actual = load_checkpoint(killed[seed] / "last.pt")
+        for key, tensor in expected["model"].items():
+            assert torch.equal(actual["model"][key], tensor), f"C5: seed {seed}, {key}"
         assert temporaries(killed[seed]) == [], seed

@@ -2,14 +2,20 @@
 
 import dataclasses
 import random
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from image_classification_distributed import train
-from image_classification_distributed.config import Config
+from image_classification_distributed import streaming, train
+from image_classification_distributed.checkpoint import (
+    load_checkpoint,
+    save_checkpoint,
+)
+from image_classification_distributed.config import Config, load_config
 from image_classification_distributed.data import DataError
 from image_classification_distributed.streaming import loader
 
@@ -54,6 +60,85 @@ def test_streamed_images_train_bit_for_bit_as_in_memory_with_any_worker_count(fo
         assert capsys.readouterr().out.startswith("data: streaming 24 images from disk")
         for name, tensor in in_memory.items():
             assert torch.equal(streamed[name], tensor), (workers, name)
+
+
+class Killed(BaseException):
+    """Stops fit as a kill would: no except clause of it runs, nothing is written after."""
+
+
+def killed_at_step(cfg: Config, monkeypatch, step: int) -> dict:
+    """Run `cfg` writing last.pt after every step and die right after step `step`'s write;
+    returns that checkpoint."""
+    real_save = train.save_checkpoint
+
+    def save_then_die(state, path):
+        real_save(state, path)
+        if path.name == "last.pt" and state["global_step"] == step:
+            raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train, "save_checkpoint", save_then_die)
+        with pytest.raises(Killed):
+            train.fit(dataclasses.replace(cfg, checkpoint_every_steps=1))
+    return load_checkpoint(f"{cfg.out}/last.pt")
+
+
+def decodes_while_resuming(checkpoint: dict, best, folder, monkeypatch) -> int:
+    """How many images a run resumed from `checkpoint` (saved in `folder`, beside the run's
+    best.pt) decodes."""
+    save_checkpoint(checkpoint, folder / "last.pt")
+    if best.exists():  # early stopping reads the best epoch's weights from it
+        shutil.copy(best, folder / "best.pt")
+    count = [0]
+    real_decode = streaming.decode_image
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real_decode(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(streaming, "decode_image", counted)
+        cfg = load_config(None, [], base={**checkpoint["config"], "out": str(folder)})
+        train.fit(cfg, checkpoint, folder / "last.pt")
+    return count[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_streamed_run_killed_inside_an_epoch_resumes_to_the_same_bits(
+    folder_cfg, monkeypatch, workers
+):
+    cfg = dataclasses.replace(
+        folder_cfg, memory_budget_mb=0, workers=workers, epochs=3, checkpoint_every_s=1e6
+    )
+    expected = weights(dataclasses.replace(cfg, out=f"{cfg.out}-full"))
+    # 19 training images in batches of 4: 4 steps an epoch; step 6 is inside epoch 2.
+    saved = killed_at_step(cfg, monkeypatch, 6)
+    assert saved["position"]["steps"] == 2, "C5: not a mid-epoch checkpoint"
+    resumed = train.fit(cfg, saved, f"{cfg.out}/last.pt")["model"].state_dict()
+    for name, tensor in expected.items():
+        assert torch.equal(resumed[name], tensor), f"C5: {name} differs ({workers} workers)"
+
+
+def test_a_streamed_resume_decodes_none_of_the_images_its_epoch_used(
+    folder_cfg, monkeypatch, tmp_path
+):
+    # No worker processes: the decodes are counted in this one.
+    cfg = dataclasses.replace(
+        folder_cfg, memory_budget_mb=0, workers=0, epochs=3, checkpoint_every_s=1e6
+    )
+    saved = killed_at_step(cfg, monkeypatch, 6)
+    used = saved["position"]["batches"]
+    # The same checkpoint with its epoch's used batches forgotten: a resume that decodes them.
+    again = {**saved, "batch_rng": saved["position"]["batch_rng"]}
+    again["position"] = {**saved["position"], "steps": 0, "batches": 0}
+    ranks = saved["position"]["progress"]  # under torchrun, one entry per process
+    first = ranks[0] if isinstance(ranks, list) else ranks
+    empty = {**first, "losses": torch.empty(0), "sizes": [], "batches": 0}
+    again["position"]["progress"] = [empty] if isinstance(ranks, list) else empty
+    best = Path(cfg.out) / "best.pt"
+    skipping = decodes_while_resuming(saved, best, tmp_path / "skipping", monkeypatch)
+    decoding = decodes_while_resuming(again, best, tmp_path / "decoding", monkeypatch)
+    assert decoding - skipping == used * cfg.batch_size, "C5: the used batches were decoded"
 
 
 @pytest.mark.probe

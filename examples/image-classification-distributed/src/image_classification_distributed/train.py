@@ -718,7 +718,10 @@ def apply_resume_settings(
     # What is shown (a progress bar, TensorBoard, MLflow) is no change to the run: not reported.
     told = [key for key in changed if key not in ("progress", "tensorboard", "tracking")]
     what = ", ".join(f"{key} {saved.get(key)} -> {getattr(cfg, key)}" for key in told)
-    return f"resuming after epoch {epoch}" + (f" with {what}" if what else "") + note
+    where = f"after epoch {epoch}"
+    if "position" in checkpoint:  # C5: written inside the next epoch
+        where = f"in epoch {epoch + 1} after its step {checkpoint['position']['steps']}"
+    return f"resuming {where}" + (f" with {what}" if what else "") + note
 
 
 def caused_by_ctrl_c(err: BaseException | None) -> bool:

@@ -291,11 +291,13 @@ EQUIVALENTS = [
     # The form most hand-written loops have: a float sum read at every step (issue 24: a
     # running sum of loss.item() must pass as the list of floats above does).
     Equivalent("a running sum of loss.item() * batch size", "engine.py",
-               lambda o: (Edit("replace", "    losses, sizes = [], []\n",
+               lambda o: (Edit("replace", "    losses, sizes = progress.losses, progress.sizes\n",
                      "    total, count, steps = 0.0, 0, 0\n"),
                 Edit("delete", "# R11: detached, so no graph is kept"),
                 Edit("replace", "        losses.append(loss.detach())\n"
-                     "        sizes.append(len(targets))\n" + _CHECK, _RUNNING_SUM),
+                     "        sizes.append(len(targets))\n"
+                     "        progress.batches += 1\n" + _CHECK,
+                     _RUNNING_SUM + "        progress.batches += 1\n"),
                 Edit("replace", "            show_progress(bar, losses)\n",
                      "            bar.update()\n"),
                 Edit("replace", _EPOCH_MEAN, "    mean_loss = total / count\n"),

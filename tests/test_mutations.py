@@ -34,6 +34,7 @@ def test_every_rule_has_a_mutant_on_every_option_that_changes_it():
         *(f"M{i}" for i in range(1, 6)),
         *(f"E{i}" for i in range(1, 4)),
         "C4",
+        "C5",
         "K1",
         "K2",
     }

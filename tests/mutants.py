@@ -422,7 +422,7 @@ MUTANTS = [
                  'self.sizes, self.batches = [], state["batches"]')),
            _c5, _MIDEPOCH_TESTS),
     Mutant("C5", "SIGTERM stops at once instead of after saving its step", "train.py",
-           (Edit("replace", "STOP.deferring = True  #", "STOP.deferring = False  #"),),
+           (Edit("replace", "STOP.deferring = True", "STOP.deferring = False"),),
            _c5, _MIDEPOCH_TESTS),
     # torch.compile (--compile), caught by tests/test_compile.py.
     Mutant("C4", "the compiled module's state saved (_orig_mod. keys)", "train.py",

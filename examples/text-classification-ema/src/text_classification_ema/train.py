@@ -851,6 +851,9 @@ def fit(
             raise Stopped(STOP.signum or signal.SIGTERM)
 
     epoch, bar = start_epoch, None
+    # C5: from here a SIGTERM or SIGHUP waits for the end of an optimizer step or of an epoch,
+    # where the run saves and every rank stops together.
+    STOP.deferring = True
     try:
         for epoch in range(start_epoch, cfg.epochs + 1):
             started = time.perf_counter()
@@ -860,20 +863,16 @@ def fit(
                 epoch_rng = train_batches.generator.get_state()  # C5: its order, for a resume
             if show_bar:
                 bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch, done=progress.steps)
-            STOP.deferring = True  # C5: SIGTERM now waits for the end of an optimizer step
-            try:
-                train = train_one_epoch(
-                    model,
-                    train_batches,
-                    optimizer,
-                    data.task,
-                    bar=bar,
-                    ema=ema,
-                    progress=progress,
-                    after_step=save_inside,
-                )
-            finally:
-                STOP.deferring = False
+            train = train_one_epoch(
+                model,
+                train_batches,
+                optimizer,
+                data.task,
+                bar=bar,
+                ema=ema,
+                progress=progress,
+                after_step=save_inside,
+            )
             # A SIGTERM after the epoch's last step (under torchrun, after the ranks last
             # agreed): saved with every step done, before validation, and the run stops.
             save_inside(progress, trained=True)
@@ -916,6 +915,11 @@ def fit(
             if stopping:
                 print(f"early stopping: no improvement for {cfg.patience} epochs", flush=True)
                 break
+            # A SIGTERM during validation or the epoch's writes: the epoch is written by the
+            # flush below.
+            if epoch < cfg.epochs and STOP.signum is not None:
+                STOP.raised = True
+                raise Stopped(STOP.signum)
     except (KeyboardInterrupt, RuntimeError, BrokenPipeError) as err:
         # Ctrl-C, SIGTERM or SIGHUP (Stopped), or stdout's reader gone: a stop, not a failure.
         if not caused_by_ctrl_c(err) and not isinstance(err, BrokenPipeError):
@@ -945,6 +949,7 @@ def fit(
             f"learning rate (lr {lr:.2e}) or check the data for extreme values"
         ) from None
     finally:
+        STOP.deferring = False
         if bar is not None:  # an epoch cut short: its bar goes before the error's line
             bar.close()
         if writer is not None:

@@ -130,7 +130,9 @@ def test_a_pruned_trial_stops_early_and_keeps_its_files(tmp_path):
     state, value = tune.run_trial(trial, train, folder, "val_loss")
     assert state == "pruned" and trial.reported[0][0] == 1
     kept = val_losses(folder / "metrics.csv")
-    assert 1 <= len(kept) < epochs and value == kept[-1]
+    # The SIGTERM ends the run within the epoch it reached: an epoch that was validating or
+    # saving is finished and kept (C5), so the objective is the last row the run kept.
+    assert len(trial.reported) <= len(kept) <= len(trial.reported) + 1 and value == kept[-1]
     assert (folder / "last.pt").is_file()  # the run ended as on SIGTERM: its epochs saved
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+import conftest
 from image_classification_distributed import streaming, train
 from image_classification_distributed.checkpoint import (
     load_checkpoint,
@@ -62,10 +63,6 @@ def test_streamed_images_train_bit_for_bit_as_in_memory_with_any_worker_count(fo
             assert torch.equal(streamed[name], tensor), (workers, name)
 
 
-class Killed(BaseException):
-    """Stops fit as a kill would: no except clause of it runs, nothing is written after."""
-
-
 def killed_at_step(cfg: Config, monkeypatch, step: int) -> dict:
     """Run `cfg` writing last.pt after every step and die right after step `step`'s write;
     returns that checkpoint."""
@@ -74,11 +71,11 @@ def killed_at_step(cfg: Config, monkeypatch, step: int) -> dict:
     def save_then_die(state, path):
         real_save(state, path)
         if path.name == "last.pt" and state["global_step"] == step:
-            raise Killed
+            raise conftest.Killed
 
     with monkeypatch.context() as patch:
         patch.setattr(train, "save_checkpoint", save_then_die)
-        with pytest.raises(Killed):
+        with pytest.raises(conftest.Killed):
             train.fit(dataclasses.replace(cfg, checkpoint_every_steps=1))
     return load_checkpoint(f"{cfg.out}/last.pt")
 

@@ -9,16 +9,13 @@ import signal
 import pytest
 import torch
 
+import conftest
 from regression_warmup_accum import train
 from regression_warmup_accum.checkpoint import load_checkpoint
 
 # One seed in the default tier, the others with the probes. Each seed also picks the
 # optimizer step after which the run dies.
 SEEDS = [3, *(pytest.param(s, marks=pytest.mark.probe) for s in (11, 2024))]
-
-
-class Killed(BaseException):
-    """Stops fit as a kill would: no except clause of it runs, nothing is written after."""
 
 
 def runs(cfg, seed: int, tmp_path):
@@ -70,10 +67,10 @@ def test_a_run_killed_inside_an_epoch_resumes_to_the_bits_of_an_unbroken_run(
         if path.name == "last.pt" and "position" in state:
             inside.append(state["position"]["steps"])
             if state["global_step"] == kill_at:
-                raise Killed
+                raise conftest.Killed
 
     monkeypatch.setattr(train, "save_checkpoint", save_then_die)
-    with pytest.raises(Killed):
+    with pytest.raises(conftest.Killed):
         train.fit(stopped)
     monkeypatch.undo()
     saved = load_checkpoint(f"{stopped.out}/last.pt")

@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 
+import conftest
 from text_classification_ema import (
     checkpoint as checkpoint_module,
 )
@@ -455,10 +456,6 @@ def test_ctrl_c_writes_the_kept_epoch_and_the_run_resumes_to_the_same_bits(cfg, 
                     assert torch.equal(ours["model"][key], tensor), (name, key)
 
 
-class Killed(BaseException):
-    """Stops fit as a kill would: no except clause of it runs, nothing is written after."""
-
-
 @pytest.mark.probe
 def test_a_killed_run_loses_only_the_unwritten_epochs_and_resumes_to_the_same_bits(
     cfg, monkeypatch
@@ -474,11 +471,11 @@ def test_a_killed_run_loses_only_the_unwritten_epochs_and_resumes_to_the_same_bi
     def killed_in_epoch_4(*args, **kwargs):
         epochs.append(1)
         if len(epochs) == 4:
-            raise Killed
+            raise conftest.Killed
         return real_train(*args, **kwargs)
 
     monkeypatch.setattr(train, "train_one_epoch", killed_in_epoch_4)
-    with pytest.raises(Killed):
+    with pytest.raises(conftest.Killed):
         train.fit(cfg)
     monkeypatch.undo()
     # Epoch 3 was only in memory: lost with the process, and trained again on resume.

@@ -190,10 +190,10 @@ def stop_message(signum: int, epoch: int | None, step: str = "") -> str:
     return f"stopped by {signal.Signals(signum).name} {where}"
 
 
-def finite_weights(model: torch.nn.Module) -> bool:
-    """Whether every weight and buffer is finite (BatchNorm's running variance can overflow
+def broken_weights(model: torch.nn.Module) -> list[str]:
+    """The weights and buffers that are not finite (BatchNorm's running variance can overflow
     while the loss stays finite); reads the whole model from the device."""
-    return all(value.isfinite().all() for value in model.state_dict().values())
+    return [key for key, value in model.state_dict().items() if not value.isfinite().all()]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -935,13 +935,13 @@ def fit(
                 return
             # Weights that a bad step broke are never saved; the loop stops on them itself.
             bad = sum_over_ranks(torch.tensor([not progress.finite()], device=device).double())
-            good = not bad.item() and finite_weights(model)
+            good = not bad.item() and not broken_weights(model)
         else:
             due = not trained and files.due(step, inside=True)
             stopping = STOP.signum is not None
             if not (due or stopping):
                 return
-            good = progress.finite() and finite_weights(model)
+            good = progress.finite() and not broken_weights(model)
         if good:
             position = {
                 "steps": progress.steps,
@@ -988,7 +988,7 @@ def fit(
             sync_buffers(model)  # M3: every rank validates with rank 0's BatchNorm statistics
             # A model left broken (e.g. BatchNorm's running variance overflowed while the loss
             # stayed finite) is a training failure: checked before validation, which sees only nan.
-            broken = [k for k, v in model.state_dict().items() if not v.isfinite().all()]
+            broken = broken_weights(model)
             if broken:
                 raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
             val = evaluate(model, val_batches, data.task)

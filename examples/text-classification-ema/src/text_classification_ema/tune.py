@@ -202,6 +202,9 @@ def run_trial(trial, command: list[str], folder: Path, metric: str) -> tuple[str
                 reported = len(rows)
                 if not finished and trial.should_prune():
                     stop(child)
+                    # An epoch that was validating or saving when the SIGTERM came is finished
+                    # and kept (rule C5), so the objective is read from what the run kept.
+                    rows = metric_rows(folder) or rows
                     return "pruned", float(rows[-1][metric])
             if finished:
                 break

@@ -218,3 +218,15 @@ def test_quick_tracking_cost_benchmark_writes_its_table(tmp_path):
         row = rf"\| {re.escape(task)} \| [^|]+; \d+ epochs \|" + rf" {number} \|" * 7
         assert re.search(row + r" \d+\.\d \|", table), task
     assert re.search(r"Alembic \d+\.\d\d s; .* a new one .* \d+\.\d\d s, an existing one", table)
+
+
+def test_quick_sweep_overhead_benchmark_writes_its_table(tmp_path):
+    command = ["benchmarks/sweep_overhead.py", "--quick", "--tasks", "classification"]
+    result = run([PYTHON, *command, "--out", str(tmp_path)], REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "sweep_overhead.md").read_text()
+    assert "Command: `python benchmarks/sweep_overhead.py --quick --tasks classification" in table
+    number = r"\d+\.\d\d \(\d+\.\d\d-\d+\.\d\d\)"
+    row = r"\| classification \| [^|]+ \| 2 \|" + rf" {number} \|" * 4 + r" \d+\.\d\d \|"
+    assert re.search(row, table), table
+    assert re.search(r"importing Optuna \d+\.\d\d s; making a new SQLite study \d+\.\d\d s", table)

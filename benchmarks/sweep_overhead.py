@@ -68,8 +68,8 @@ print(imported - started, time.perf_counter() - imported)
 """
 
 
-def summary(values: list[float], digits: int = 2) -> str:
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 class Sweepable:
@@ -222,9 +222,10 @@ def write_report(results, path: Path, command: str, repetitions: int, start, loa
             f"{summary(r['trial'])} | {summary(r['sweep'])} | {summary(r['ratio'])} | "
             f"{r['start']:.2f} |"
         )
+    tries = START_TRIES if repetitions > 1 else 1
     lines += [
         "",
-        f"Once per tune command, in a fresh Python (median of {START_TRIES if repetitions > 1 else 1}): "
+        f"Once per tune command, in a fresh Python (median of {tries}): "
         f"importing Optuna {start[0]:.2f} s; making a new SQLite study {start[1]:.2f} s.",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)

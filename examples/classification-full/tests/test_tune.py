@@ -7,6 +7,7 @@ Each trial is a short training run in a child process: these are probes (pytest 
 import csv
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -201,6 +202,42 @@ def test_two_workers_on_one_study_never_run_a_trial_twice(tmp_path, storage):
     assert folders == [f"trial-{n:04d}" for n in sorted(numbers)]  # one run per trial
     pids = {t.user_attrs["pid"] for t in finished}
     assert pids == {w.pid for w in workers}  # both took part
+
+
+def stale_cases():
+    """Every set of attrs another worker can see on a running trial (its worker writes host,
+    pid, folder and heartbeat one at a time), from a live or a dead worker here or elsewhere,
+    young or old, with whether the trial must run again."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    for host in (socket.gethostname(), "another-machine"):
+        for pid in (os.getpid(), int(dead.stdout)):
+            for age in (0.0, 2 * tune.STALE_S):
+                attrs = {"host": host, "pid": pid, "folder": "f", "heartbeat": time.time() - age}
+                for n in range(len(attrs) + 1):
+                    seen = dict(list(attrs.items())[:n])
+                    if n < len(attrs):  # still being set up: only its age tells
+                        dead_worker = age > 0
+                    elif host == socket.gethostname():  # here: its process tells at once
+                        dead_worker = pid != os.getpid()
+                    else:  # elsewhere: its heartbeat tells
+                        dead_worker = age > 0
+                    yield seen, age, dead_worker
+
+
+def test_a_trial_runs_again_exactly_when_its_worker_is_dead(monkeypatch):
+    cases, stale_s = list(stale_cases()), tune.STALE_S
+    assert len(cases) == 40
+    for seen, age, dead_worker in cases:
+        study = optuna.create_study()
+        trial = study.ask()
+        for key, value in seen.items():
+            trial.set_user_attr(key, value)
+        # A trial's start cannot be set back in time: a STALE_S of 0 makes any start old.
+        monkeypatch.setattr(tune, "STALE_S", 0.0 if age and "heartbeat" not in seen else stale_s)
+        tune.retry_stale_trials(study)
+        states = [t.state.name for t in study.get_trials()]
+        assert states == (["FAIL", "WAITING"] if dead_worker else ["RUNNING"]), (seen, age)
 
 
 OPEN_AT = """

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -211,7 +212,10 @@ def run_trial(trial, command: list[str], folder: Path, metric: str) -> tuple[str
             if time.monotonic() - beat > HEARTBEAT_S:
                 trial.set_user_attr("heartbeat", time.time())
                 beat = time.monotonic()
-            time.sleep(POLL_S)
+            try:
+                child.wait(timeout=POLL_S)  # a run that ends is seen at once, not at the next poll
+            except subprocess.TimeoutExpired:
+                pass
     except BaseException:  # Ctrl-C (a terminal's reaches the child too) or a failure here
         try:
             child.wait(timeout=10)  # a run that got the Ctrl-C saves its epochs and ends
@@ -245,10 +249,16 @@ def retry_stale_trials(study) -> None:
 
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         attrs = trial.user_attrs
-        here = attrs.get("host") == socket.gethostname()
-        if here and alive_here(attrs):
-            continue
-        if not here and time.time() - attrs.get("heartbeat", time.time()) < STALE_S:
+        if "heartbeat" not in attrs:
+            # Its worker is between ask() and the last of its attrs (heartbeat is set last):
+            # the host may be there without the pid yet. Only its age can tell it is dead.
+            started = trial.datetime_start or datetime.now()
+            if (datetime.now() - started).total_seconds() < STALE_S:
+                continue
+        elif attrs.get("host") == socket.gethostname():
+            if alive_here(attrs):
+                continue
+        elif time.time() - attrs["heartbeat"] < STALE_S:
             continue
         try:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
@@ -287,6 +297,32 @@ def summary(study, args, metric: str) -> str:
         f"best: trial {best.number}, {metric} {best.value:.6g}, in {best.user_attrs['folder']}\n"
         f"reproduce: {shlex.join([*command, '--out', 'runs/best'])}"
     )
+
+
+def run_and_tell(study, trial, args, settings: dict, folder: Path) -> None:
+    """Run one asked trial into folder and tell the study how it ended, in one printed line."""
+    import optuna
+
+    # One attr per write, and another worker may read them in between: the heartbeat goes
+    # last, so a trial without one is known to be still being set up (retry_stale_trials).
+    attrs = {"host": socket.gethostname(), "pid": os.getpid(), "folder": str(folder)}
+    for key, value in {**attrs, "heartbeat": time.time()}.items():
+        trial.set_user_attr(key, value)
+    started = time.monotonic()
+    state, value = run_trial(trial, train_command(args, settings, folder), folder, args.metric)
+    seconds = time.monotonic() - started
+    chosen = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in settings.items())  # fmt: skip
+    if state == "complete":
+        study.tell(trial, value)
+        print(f"trial {trial.number}: {args.metric} {value:.6g} ({chosen}) {seconds:.1f}s")
+    elif state == "pruned":
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        print(f"trial {trial.number}: pruned ({chosen}) {seconds:.1f}s; files in {folder}")
+    else:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        print(f"trial {trial.number}: failed: {trial.user_attrs.get('failure', '')} "
+              f"({chosen}); see {folder.with_suffix('.log')}")  # fmt: skip
 
 
 def sweep(args) -> int:
@@ -329,14 +365,12 @@ def sweep(args) -> int:
         study.sampler = optuna.samplers.TPESampler(seed=args.seed * 1_000_003 + trial.number)
         settings = {name: suggest(trial, name, spec) for name, spec in space.items()}
         folder = out / f"trial-{trial.number:04d}"
-        for key, value in {"host": socket.gethostname(), "pid": os.getpid()}.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("folder", str(folder))
-        trial.set_user_attr("heartbeat", time.time())
-        started = time.monotonic()
         try:
-            command = train_command(args, settings, folder)
-            state, value = run_trial(trial, command, folder, args.metric)
+            run_and_tell(study, trial, args, settings, folder)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker found no heartbeat from this one for STALE_S (a suspended machine)
+            # and queued the trial's settings again: the trial is theirs now.
+            print(f"trial {trial.number}: ended by another worker, which runs it again")
         except KeyboardInterrupt:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
@@ -347,19 +381,6 @@ def sweep(args) -> int:
                 flush=True,
             )
             return EXIT_INTERRUPTED
-        seconds = time.monotonic() - started
-        chosen = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in settings.items())  # fmt: skip
-        if state == "complete":
-            study.tell(trial, value)
-            print(f"trial {trial.number}: {args.metric} {value:.6g} ({chosen}) {seconds:.1f}s")
-        elif state == "pruned":
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            print(f"trial {trial.number}: pruned ({chosen}) {seconds:.1f}s; files in {folder}")
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            print(f"trial {trial.number}: failed: {trial.user_attrs.get('failure', '')} "
-                  f"({chosen}); see {folder.with_suffix('.log')}")  # fmt: skip
         sys.stdout.flush()
     print(summary(study, args, args.metric), flush=True)
     return 0

@@ -127,6 +127,23 @@ _SCALER_STEP = (
 )
 
 
+# The accumulating loop's last line per batch, and its EMA update after the window's step.
+_WINDOW_SUM = (
+    "            window_loss = window_loss + loss.detach()  # R11: detached, so no graph is kept\n"
+)
+_EMA_EVERY_BATCH = "            if ema is not None:\n                ema.update()\n"
+_WINDOW_EMA_AMP = (
+    "        if ema is not None and (\n"
+    "            not scaler.is_enabled() or applied_updates(optimizer) > ema.updates\n"
+    "        ):\n"
+    "            ema.update()\n"
+)
+_WINDOW_EMA = (
+    "        if ema is not None:\n"
+    "            ema.update()  # E1: once per window, after its step: the weights it just wrote\n"
+)
+
+
 def _ddp(o: Options) -> bool:
     return o.distributed
 
@@ -385,6 +402,16 @@ MUTANTS = [
            (Edit("replace", _WINDOW_SCALER_STEP, ""),
             Edit("replace", _EMA_CALL, _EMA_CALL + _WINDOW_SCALER_STEP)),
            lambda o: o.ema and o.amp and _accum(o)),
+    # A user's `ema.update()` in the batch loop: with windows, the average takes in each
+    # batch's half-built state k times a step (E1's test runs the project's own windows).
+    Mutant("E1", "EMA updated on every batch of a window", "engine.py",
+           (Edit("replace", _WINDOW_SUM, _WINDOW_SUM + _EMA_EVERY_BATCH),
+            Edit("replace", _WINDOW_EMA_AMP, "")),
+           lambda o: o.ema and o.amp and _accum(o)),
+    Mutant("E1", "EMA updated on every batch of a window", "engine.py",
+           (Edit("replace", _WINDOW_SUM, _WINDOW_SUM + _EMA_EVERY_BATCH),
+            Edit("replace", _WINDOW_EMA, "")),
+           lambda o: o.ema and not o.amp and _accum(o)),
     Mutant("E1", "EMA updated on the steps the scaler skipped", "engine.py",
            (Edit("replace", "not scaler.is_enabled() or applied_updates(optimizer) > ema.updates",
                  "True"),), lambda o: o.ema and o.amp),

@@ -283,8 +283,16 @@ def one_large_batch_step(model, window, optimizer, task, max_grad_norm, amp_dtyp
 R14_TOLERANCE = 2e-7
 
 
+# "ragged": windows of k and a shorter last one, whose last batch is smaller; "short": an epoch
+# of fewer batches than k, whose only window is the short one (it must still step).
+EPOCH_SHAPES = ["ragged", "short"]
+
+
 @pytest.mark.parametrize("clipped", [False, True], ids=["unclipped", "clipped"])
-def test_R14_each_accumulated_step_is_one_step_on_the_window_as_one_batch(tmp_path, clipped):
+@pytest.mark.parametrize("shape", EPOCH_SHAPES)
+def test_R14_each_accumulated_step_is_one_step_on_the_window_as_one_batch(
+    tmp_path, shape, clipped
+):
     k = Config().grad_accum  # the project's own
     cfg = small_config(tmp_path, dropout=0.0)
     device = torch.device(conftest.DEVICE)
@@ -293,11 +301,18 @@ def test_R14_each_accumulated_step_is_one_step_on_the_window_as_one_batch(tmp_pa
     model = build_model(cfg, data.input_shape, data.task.output_dim).to(device)
     reference = copy.deepcopy(model)
     batches = list(data_module.Batches(data.train, cfg.batch_size, shuffle=False, device=device))
+    if shape == "short":
+        batches = batches[-(k - 1) :]  # the smaller last batch among them
+    elif len(batches) % k == 0:
+        batches = batches[1:]  # a last window one batch short, whatever the project's k
     sizes = [len(targets) for _, targets in batches]
-    assert len(batches) % k and sizes[-1] < sizes[0], (
-        f"R14: this test needs ragged windows (a shorter last window, a smaller last batch); "
-        f"batches of {sizes} in windows of {k} are not"
-    )
+    if shape == "short":
+        assert len(batches) < k, f"R14: {len(batches)} batches make no epoch shorter than {k}"
+    else:
+        assert len(batches) % k and sizes[-1] < sizes[0], (
+            f"R14: this test needs ragged windows (a shorter last window, a smaller last batch); "
+            f"batches of {sizes} in windows of {k} are not"
+        )
     # Plain SGD: its update is the gradient itself, so a gradient of the wrong size shows
     # (Adam's would hide most of it: it divides the gradient by its own running size).
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

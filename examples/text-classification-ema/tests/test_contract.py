@@ -317,6 +317,7 @@ def test_E1_the_average_takes_in_each_applied_update_right_after_it(tmp_path):
 
     hook = optimizer.register_step_post_hook(take_in)
     batches = list(data_module.Batches(data.train, cfg.batch_size, shuffle=False, device=device))
+    steps = 2 * len(batches)
     for _ in range(2):
         train_one_epoch(
             model,
@@ -326,6 +327,7 @@ def test_E1_the_average_takes_in_each_applied_update_right_after_it(tmp_path):
             ema=average,
         )
     hook.remove()
+    assert updates == steps, f"E1: {updates} updates applied; the epochs make {steps} steps"
     assert average.updates == updates, (
         f"E1: the average took in {average.updates} updates; the optimizer applied {updates}: "
         "update the EMA once after each applied optimizer step, never after a skipped one"

@@ -247,6 +247,13 @@ def wider_renders(all_combinations: bool) -> list:
     return [o for o in (COMBOS if all_combinations else TRIPLES) if o not in COVERING]
 
 
+# Tests that run a generated project's own suite in a child pytest: minutes each.
+LONGEST = (
+    "test_generated_suite_passes",
+    "test_generated_default_tier_passes_and_leaves_the_probes_out",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     """Keep the tier's tests: those marked `proof` in the proof tier only, the others in the
     everyday tier only, and those marked `tiered` in both."""
@@ -259,6 +266,11 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    # The longest first: generated projects' whole suites take minutes each. Left in file order
+    # they came last and one worker ran them one after another while the other sat idle (20
+    # minutes at the proof tier's end on 2026-12-06); started first, the short tests fill in
+    # around them, and --dist worksteal (pyproject.toml) hands a busy worker's queue to an idle one.
+    items.sort(key=lambda item: getattr(item, "originalname", item.name) not in LONGEST)
 
 
 def combo_numbers(options: Options) -> str:

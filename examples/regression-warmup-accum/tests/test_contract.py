@@ -290,9 +290,7 @@ EPOCH_SHAPES = ["ragged", "short"]
 
 @pytest.mark.parametrize("clipped", [False, True], ids=["unclipped", "clipped"])
 @pytest.mark.parametrize("shape", EPOCH_SHAPES)
-def test_R14_each_accumulated_step_is_one_step_on_the_window_as_one_batch(
-    tmp_path, shape, clipped
-):
+def test_R14_each_accumulated_step_is_one_step_on_the_window_as_one_batch(tmp_path, shape, clipped):
     k = Config().grad_accum  # the project's own
     cfg = small_config(tmp_path, dropout=0.0)
     device = torch.device(conftest.DEVICE)

@@ -2,12 +2,15 @@
 
 import argparse
 import dataclasses
+import json
 import os
 import pickle
 import random
+import subprocess
 import sys
 import tempfile
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,6 +86,84 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         save_checkpoint({"epoch": 2}, path)
     assert load_checkpoint(path) == {"epoch": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+# Saves checkpoint n over checkpoint n - 1 with a stop signal (Ctrl-C, or SIGTERM or SIGHUP
+# with training's handlers) sent from inside torch's writer, at its n-th call of the file's
+# write(), for every call a save makes; prints the checkpoint on disk after each, whether the
+# save raised the stop, and the files left beside last.pt.
+SAVES_UNDER_A_STOP = """
+import json, os, signal, sys
+from pathlib import Path
+import torch
+from image_classification_distributed.checkpoint import load_checkpoint, save_checkpoint
+from image_classification_distributed.train import stop_on_signals
+
+path, signum = Path(sys.argv[1]) / "last.pt", getattr(signal, sys.argv[2])
+real_save, calls, stop_at = torch.save, [0], [None]
+
+
+class File:
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data):
+        calls[0] += 1
+        if calls[0] == stop_at[0]:
+            os.kill(os.getpid(), signum)  # Python acts on it at its next instruction
+        return self.f.write(data)
+
+    def flush(self):
+        self.f.flush()
+
+
+torch.save = lambda state, f: real_save(state, File(f))
+
+
+def state(step):
+    return {"step": step, "weights": [torch.full((64, 64), float(step)) for _ in range(16)]}
+
+
+save_checkpoint(state(0), path)
+writes, cases = calls[0], []
+for step in range(1, writes + 1):
+    calls[0], stop_at[0], raised = 0, step, False
+    restore = stop_on_signals()  # as a training run has them: SIGTERM and SIGHUP stop it
+    try:
+        save_checkpoint(state(step), path)
+    except KeyboardInterrupt:  # Ctrl-C's, and train.Stopped for the others
+        raised = True
+    restore()
+    cases.append([step, load_checkpoint(path)["step"], raised])
+leftovers = sorted(p.name for p in path.parent.iterdir() if p != path)
+print(json.dumps({"cases": cases, "leftovers": leftovers}))
+"""
+
+
+@pytest.mark.probe
+@pytest.mark.skipif(sys.platform == "win32", reason="needs POSIX signals")
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_inside_a_save_ends_it_whole_then_stops(tmp_path, name):
+    # torch.save calls the file's write() from C++: an interrupt raised inside one of those
+    # calls broke the writer (a RuntimeError in the interrupt's place, or SIGABRT at exit).
+    # In a process of its own, so that an abort shows as its exit code.
+    src = Path(save_checkpoint.__code__.co_filename).parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SAVES_UNDER_A_STOP, str(tmp_path), name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert len(report["cases"]) >= 16 and report["leftovers"] == []
+    # Wherever the signal came, the save finished, then the run's stop was raised.
+    assert all(on_disk == step and raised for step, on_disk, raised in report["cases"])
 
 
 @pytest.mark.probe

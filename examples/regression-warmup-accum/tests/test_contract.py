@@ -301,12 +301,11 @@ def test_R14_each_accumulated_step_is_one_step_on_the_window_as_one_batch(tmp_pa
     batches = list(data_module.Batches(data.train, cfg.batch_size, shuffle=False, device=device))
     if shape == "short":
         batches = batches[-(k - 1) :]  # the smaller last batch among them
+        assert len(batches) < k, f"R14: {len(batches)} batches make no epoch shorter than {k}"
     elif len(batches) % k == 0:
         batches = batches[1:]  # a last window one batch short, whatever the project's k
     sizes = [len(targets) for _, targets in batches]
-    if shape == "short":
-        assert len(batches) < k, f"R14: {len(batches)} batches make no epoch shorter than {k}"
-    else:
+    if shape == "ragged":
         assert len(batches) % k and sizes[-1] < sizes[0], (
             f"R14: this test needs ragged windows (a shorter last window, a smaller last batch); "
             f"batches of {sizes} in windows of {k} are not"

@@ -327,7 +327,11 @@ def test_E1_the_average_takes_in_each_applied_update_right_after_it(tmp_path):
             ema=average,
         )
     hook.remove()
-    assert updates == steps, f"E1: {updates} updates applied; the epochs make {steps} steps"
+    skipped = False  # fp32 skips no step
+    if skipped:
+        assert updates < steps, "E1: no step was skipped, so this test cannot see E1"
+    else:
+        assert updates == steps, f"E1: {updates} updates applied; the epochs make {steps} steps"
     assert average.updates == updates, (
         f"E1: the average took in {average.updates} updates; the optimizer applied {updates}: "
         "update the EMA once after each applied optimizer step, never after a skipped one"

@@ -1,15 +1,18 @@
 """Checkpoints: plain dicts, written atomically, loaded without unpickling code."""
 
+import contextlib
 import hashlib
 import math
 import os
 import re
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,16 +27,55 @@ TEMPORARY_NAME = re.compile(r"\.(?:.+\.pt|metrics\.csv)\.[a-z0-9_]{8}\.tmp")
 ZIP_MAGIC = b"PK\x03\x04"
 TRAINING_RUN_HINT = "give a last.pt or best.pt written by this project's training"
 DIGEST_SLICE = 1 << 22  # elements hashed at a time by content_digest (16 MB of float32)
+# The signals that stop a run (Ctrl-C, and SIGTERM and SIGHUP as train.py handles them): held
+# while a file is written, and acted on as soon as it is.
+HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and what to do."""
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends, then deliver them in order.
+
+    torch.save writes through a C++ writer that calls the file's write(). A KeyboardInterrupt
+    raised inside one of those calls leaves the writer half done: torch then replaces the
+    interrupt with a RuntimeError ("unexpected pos"), or the writer, freed after its file was
+    closed, writes to the closed file from its destructor and the process dies of SIGABRT
+    without its message. Held, a signal acts when the write ends (a save of the project's
+    model takes milliseconds); SIGQUIT and SIGKILL still end a write that hangs, and last.pt
+    stays whole (C2).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread runs Python's signal handlers
+        return
+    held: list[int] = []
+    previous = {}
+    for name in HELD_SIGNALS:
+        number = getattr(signal, name, None)  # Windows has no SIGHUP
+        if number is None or signal.getsignal(number) in (None, signal.SIG_IGN):
+            continue  # a handler set outside Python, or an ignored signal: left as it is
+        previous[number] = signal.signal(number, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for signum in held:  # the run's own handler acts on each, as if it came now
+            signal.raise_signal(signum)
+
+
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], None], fsync: bool = True):
     """Write through `write` to a temporary file, then rename it to `path`: a crash never leaves
-    half a file and never destroys the previous one (C2)."""
-    path = Path(path)
+    half a file and never destroys the previous one (C2), and a stop signal waits for the
+    rename (signals_held)."""
+    with signals_held():
+        _write_atomically(Path(path), write, fsync)
+
+
+def _write_atomically(path: Path, write: Callable[[BinaryIO], None], fsync: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # The temporary file sits in the same folder: os.replace is atomic only within one filesystem.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)

@@ -9,6 +9,7 @@ of the rest of the covering set, so every suite of the covering set runs whole i
 """
 
 import csv
+import dataclasses
 import re
 
 import pytest
@@ -41,10 +42,60 @@ KNOWN_FLAKY: tuple[str, ...] = ()
 # ONE_PER_TASK's suites only. test_tune.py runs about twenty short trainings in child processes
 # (a minute and a half of CPU); tune.py drives the task's own train command and nothing else.
 ONCE_PER_TASK: tuple[str, ...] = ("tests/test_tune.py",)
+# A combination with compile runs its default tier and tests/test_compile.py, and leaves its
+# other probes to the combinations without compile, when its code with compile false is its
+# eager twin's (the same answers, compile false): every generated test but test_compile.py's
+# trains eager (the project's conftest sets compile=false), so those probes would run the
+# twin's code again, which the probes of the combinations without compile cover. Compile then
+# adds the tests of what it changes, not a second copy of every probe, as it adds mutants
+# (tests/mutants.py, needed()). eager_twin_differences decides it from the two renders; where
+# they differ otherwise (the text task pads batches to powers of two for the compiled model,
+# in code that runs eager too) the suite runs whole.
+COMPILED = "compiled"
+COMPILE_TESTS = ("tests/test_compile.py",)
 
 
-def run_suite(project, marks: str | None, options=None):
-    command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+# Where a compile render may differ from its eager twin: the module that compiles, its test.
+COMPILE_ONLY_FILES = {"src/PKG/compiling.py", "tests/test_compile.py"}
+
+
+def without_compile(text: str) -> list[str]:
+    """A file's code lines less those that name compile, the compiled modules read as what they
+    wrap and the tests' compile=False left out: the code that runs when compile is false."""
+    lines = []
+    for line in text.splitlines():
+        code = line.split("  #")[0].rstrip()  # a trailing comment is no code
+        code = code.replace(", compile=False", "").replace("compiled_ema", "ema.module")
+        code = code.replace("compiled", "model")
+        if code.strip() and not code.lstrip().startswith("#") and "compil" not in code.lower():
+            lines.append(code)
+    return lines
+
+
+def project_files(project) -> dict[str, str]:
+    """The project's Python files by path, its package and project names replaced."""
+    package = next(p for p in (project / "src").iterdir() if p.is_dir())
+    return {
+        path.relative_to(project).as_posix().replace(package.name, "PKG"): path.read_text()
+        .replace(package.name, "PKG")
+        .replace(project.name, "PROJECT")
+        for path in [*project.glob("tests/*.py"), *package.glob("*.py")]
+    }
+
+
+def eager_twin_differences(compiled: dict[str, str], eager: dict[str, str]) -> list[str]:
+    """The files of a compile render (project_files) that, with compile false, run other code
+    than its eager twin's: [] when its eager tests would only repeat the twin's."""
+    unexplained = set(compiled) ^ set(eager) ^ COMPILE_ONLY_FILES  # files added or missing
+    if unexplained:
+        return sorted(unexplained)
+    return sorted(
+        name for name in eager if without_compile(compiled[name]) != without_compile(eager[name])
+    )
+
+
+def run_suite(project, marks: str | None, options=None, paths: tuple[str, ...] = ()):
+    command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
     command += ["-m", marks] if marks is not None else []
     for combo, node in KNOWN_FAILURES:
         if options is not None and combo == combo_id(options):
@@ -70,16 +121,51 @@ def test_generated_default_tier_passes_and_leaves_the_probes_out(render_combo, o
 @pytest.mark.proof
 @pytest.mark.parametrize(
     "options, marks",
-    [(o, "probe") for o in ONE_PER_TASK] + [(o, ALL) for o in REST],
-    ids=lambda v: combo_id(v) if not isinstance(v, str) else ("probes" if v == "probe" else "all"),
+    [(o, "probe") for o in ONE_PER_TASK] + [(o, COMPILED if o.compile else ALL) for o in REST],
+    ids=lambda v: (
+        combo_id(v)
+        if not isinstance(v, str)
+        else {"probe": "probes", ALL: "all", COMPILED: "compiled"}[v]
+    ),
 )
 def test_generated_suite_passes(render_combo, options, marks):
-    summary = run_suite(render_combo(options).dest, marks, options)
+    assert not any(o.compile for o in ONE_PER_TASK)  # their probes run whole
+    project = render_combo(options).dest
+    if marks == COMPILED:
+        twin = render_combo(dataclasses.replace(options, compile=False)).dest
+        if not eager_twin_differences(project_files(project), project_files(twin)):
+            run_suite(project, "not probe", options)  # the default tier, on the compile render
+            summary = run_suite(project, "probe", options, paths=COMPILE_TESTS)
+            assert " deselected" not in summary, summary  # every test of test_compile.py ran
+            return
+        marks = ALL
+    summary = run_suite(project, marks, options)
     known = [node for combo, node in KNOWN_FAILURES if combo == combo_id(options)]
     known += list(KNOWN_FLAKY) if options.distributed else []
     known += list(ONCE_PER_TASK) if options not in ONE_PER_TASK else []
     if marks == ALL:
         assert (" deselected" in summary) == bool(known), summary
+
+
+@pytest.mark.proof
+@pytest.mark.parametrize("options", [o for o in REST if o.compile], ids=combo_id)
+def test_eager_twin_differences_finds_each_change_that_runs_with_compile_false(
+    render_combo, options
+):
+    compiled = project_files(render_combo(options).dest)
+    eager = project_files(render_combo(dataclasses.replace(options, compile=False)).dest)
+    found = eager_twin_differences(compiled, eager)
+    # The text task pads its batches for the compiled model in code that runs eager too.
+    text = options.task == "text-classification"
+    assert found == (["src/PKG/data.py", "tests/test_data.py"] if text else [])
+    edited = dict(compiled)
+    edited["src/PKG/engine.py"] += "\nSTEPS = 2\n"  # any code that is not about compile
+    assert "src/PKG/engine.py" in eager_twin_differences(edited, eager)
+    edited = dict(compiled)
+    edited["src/PKG/engine.py"] += "\n# a comment\nX = compile_model  # compile only\n"
+    assert eager_twin_differences(edited, eager) == found
+    del edited["src/PKG/compiling.py"]
+    assert "src/PKG/compiling.py" in eager_twin_differences(edited, eager)
 
 
 @pytest.mark.proof

@@ -88,10 +88,11 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
-# Saves checkpoint n over checkpoint n - 1 with a stop signal (Ctrl-C, or SIGTERM or SIGHUP
-# with training's handlers) sent from inside torch's writer, at its n-th call of the file's
-# write(), for every call a save makes; prints the checkpoint on disk after each, whether the
-# save raised the stop, and the files left beside last.pt.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")  # Ctrl-C, and the two train.py stops on too
+# For each signal named, saves checkpoint n over checkpoint n - 1 with that signal sent from
+# inside torch's writer (with training's handlers for SIGTERM and SIGHUP), at the k-th call of
+# the file's write(), for every k of a save; prints the checkpoint on disk after each, whether
+# the save raised the stop, and the files left beside last.pt.
 SAVES_UNDER_A_STOP = """
 import json, os, signal, sys
 from pathlib import Path
@@ -99,8 +100,8 @@ import torch
 from image_classification_distributed.checkpoint import load_checkpoint, save_checkpoint
 from image_classification_distributed.train import stop_on_signals
 
-path, signum = Path(sys.argv[1]) / "last.pt", getattr(signal, sys.argv[2])
-real_save, calls, stop_at = torch.save, [0], [None]
+path = Path(sys.argv[1]) / "last.pt"
+real_save, calls, stop_at, signum = torch.save, [0], [None], [None]
 
 
 class File:
@@ -110,7 +111,7 @@ class File:
     def write(self, data):
         calls[0] += 1
         if calls[0] == stop_at[0]:
-            os.kill(os.getpid(), signum)  # Python acts on it at its next instruction
+            os.kill(os.getpid(), signum[0])  # Python acts on it at its next instruction
         return self.f.write(data)
 
     def flush(self):
@@ -125,16 +126,18 @@ def state(step):
 
 
 save_checkpoint(state(0), path)
-writes, cases = calls[0], []
-for step in range(1, writes + 1):
-    calls[0], stop_at[0], raised = 0, step, False
-    restore = stop_on_signals()  # as a training run has them: SIGTERM and SIGHUP stop it
-    try:
-        save_checkpoint(state(step), path)
-    except KeyboardInterrupt:  # Ctrl-C's, and train.Stopped for the others
-        raised = True
-    restore()
-    cases.append([step, load_checkpoint(path)["step"], raised])
+writes, cases, step = calls[0], [], 0
+for name in sys.argv[2:]:
+    signum[0] = getattr(signal, name)
+    for stop_at[0] in range(1, writes + 1):
+        step, calls[0], raised = step + 1, 0, False
+        restore = stop_on_signals()  # as a training run has them: SIGTERM and SIGHUP stop it
+        try:
+            save_checkpoint(state(step), path)
+        except KeyboardInterrupt:  # Ctrl-C's, and train.Stopped for the others
+            raised = True
+        restore()
+        cases.append([name, step, load_checkpoint(path)["step"], raised])
 leftovers = sorted(p.name for p in path.parent.iterdir() if p != path)
 print(json.dumps({"cases": cases, "leftovers": leftovers}))
 """
@@ -142,18 +145,18 @@ print(json.dumps({"cases": cases, "leftovers": leftovers}))
 
 @pytest.mark.probe
 @pytest.mark.skipif(sys.platform == "win32", reason="needs POSIX signals")
-@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_a_stop_signal_inside_a_save_ends_it_whole_then_stops(tmp_path, name):
+def test_a_stop_signal_inside_a_save_ends_it_whole_then_stops(tmp_path):
     # torch.save calls the file's write() from C++: an interrupt raised inside one of those
     # calls broke the writer (a RuntimeError in the interrupt's place, or SIGABRT at exit).
-    # In a process of its own, so that an abort shows as its exit code.
+    # In a process of its own, so that an abort shows as its exit code; one process for the
+    # three signals, as starting one costs more than its saves.
     src = Path(save_checkpoint.__code__.co_filename).parents[1]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
     }
     result = subprocess.run(
-        [sys.executable, "-c", SAVES_UNDER_A_STOP, str(tmp_path), name],
+        [sys.executable, "-c", SAVES_UNDER_A_STOP, str(tmp_path), *STOP_SIGNALS],
         env=env,
         capture_output=True,
         text=True,
@@ -161,9 +164,11 @@ def test_a_stop_signal_inside_a_save_ends_it_whole_then_stops(tmp_path, name):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert len(report["cases"]) >= 16 and report["leftovers"] == []
+    assert report["leftovers"] == []
+    for name in STOP_SIGNALS:  # each signal at each of a save's write() calls, 16 or more
+        assert len([case for case in report["cases"] if case[0] == name]) >= 16, name
     # Wherever the signal came, the save finished, then the run's stop was raised.
-    assert all(on_disk == step and raised for step, on_disk, raised in report["cases"])
+    assert all(on_disk == step and raised for _, step, on_disk, raised in report["cases"])
 
 
 @pytest.mark.probe

@@ -61,7 +61,12 @@ COMPILE_ONLY_FILES = {"src/PKG/compiling.py", "tests/test_compile.py"}
 
 def without_compile(text: str) -> list[str]:
     """A file's code lines less those that name compile, the compiled modules read as what they
-    wrap and the tests' compile=False left out: the code that runs when compile is false."""
+    wrap and the tests' compile=False left out: the code that runs when compile is false.
+
+    A line that names compile is taken to act only when compile is true (`if cfg.compile:`, its
+    import, the module it builds). One that replaces a line of the twin still shows, as the
+    twin's line is then missing; an added line that names compile and acts with compile false
+    would not: the compile code is written so that none does."""
     lines = []
     for line in text.splitlines():
         code = line.split("  #")[0].rstrip()  # a trailing comment is no code

@@ -95,8 +95,7 @@ SAVES_UNDER_A_STOP = """
 import json, os, signal, sys
 from pathlib import Path
 import torch
-from regression_warmup_accum.checkpoint import load_checkpoint, save_checkpoint
-from regression_warmup_accum.train import stop_on_signals
+from regression_warmup_accum import checkpoint, train
 
 path = Path(sys.argv[1]) / "last.pt"
 real_save, calls, stop_at, signum = torch.save, [0], [None], [None]
@@ -117,6 +116,7 @@ class File:
 
 
 torch.save = lambda state, f: real_save(state, File(f))
+load_checkpoint, save_checkpoint = checkpoint.load_checkpoint, checkpoint.save_checkpoint
 
 
 def state(step):
@@ -129,7 +129,7 @@ for name in sys.argv[2:]:
     signum[0] = getattr(signal, name)
     for stop_at[0] in range(1, writes + 1):
         step, calls[0], raised = step + 1, 0, False
-        restore = stop_on_signals()  # as a training run has them: SIGTERM and SIGHUP stop it
+        restore = train.stop_on_signals()  # as a training run has them: SIGTERM and SIGHUP stop it
         try:
             save_checkpoint(state(step), path)
         except KeyboardInterrupt:  # Ctrl-C's, and train.Stopped for the others

@@ -252,6 +252,16 @@ LONGEST = (
     "test_generated_suite_passes",
     "test_generated_default_tier_passes_and_leaves_the_probes_out",
 )
+# Single tests of the proof tier that take most of a minute or more (CI's --durations,
+# 2026-12-07): started after LONGEST and before the many short ones, so that none of them is
+# the last test left running while the other worker has nothing to take.
+LONG = (
+    "test_mutation_suite_bugs_in_generated_projects",  # 148 s
+    "test_a_small_cnn_on_real_reviews_is_within_two_points_of_tfidf",  # 69 s
+    "test_quick_benchmark_writes_a_table_and_a_chart",  # 54 s
+    "test_quick_tabular_benchmarks_read_and_train_a_mixed_table",  # 47 s
+    "test_quick_tracking_cost_benchmark_writes_its_table",  # 46 s
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -266,11 +276,16 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
     # The longest first: generated projects' whole suites take minutes each. Left in file order
     # they came last and one worker ran them one after another while the other sat idle (20
     # minutes at the proof tier's end on 2026-12-06); started first, the short tests fill in
     # around them, and --dist worksteal (pyproject.toml) hands a busy worker's queue to an idle one.
-    items.sort(key=lambda item: getattr(item, "originalname", item.name) not in LONGEST)
+    def rank(item) -> int:
+        name = getattr(item, "originalname", item.name)
+        return 0 if name in LONGEST else 1 if name in LONG else 2
+
+    items.sort(key=rank)
 
 
 def combo_numbers(options: Options) -> str:
@@ -326,6 +341,18 @@ def run(command: list[str], cwd: Path, timeout: float = 300, **kwargs):
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kwargs
     )
+
+
+def run_in_project(argv: list[str], project: Path, options: Options, timeout: float = 300):
+    """`python ARGV` in a generated project: a fresh interpreter for the covering set, whose
+    runs are the everyday tier's; for the proof tier's wider renders, a fork of one that has
+    imported torch once (tests/forkrun.py), which saves about 2 s of each run's 4-8 s."""
+    if options in COVERING:
+        return run([PYTHON, *argv], project, env=project_env(), timeout=timeout)
+    from tests import forkrun
+
+    env = {"PYTHONPATH": "src", "OMP_NUM_THREADS": "1"}  # as project_env() sets them
+    return forkrun.run_python(argv, project, env=env, timeout=timeout)
 
 
 PYTHON = sys.executable

@@ -12,6 +12,9 @@ the job asks and exits. A job is one of:
   tests whose source names the rule run first and the run stops at the first failure that
   names it; with `stop_at_first`, at the first failure of any kind.
 - `script`: run a Python source with `sys.argv` set and return its last line of output.
+- `python`: what `python -m MODULE ARGS` or `python -c SOURCE ARGS` would do in the job's
+  folder, with its stdout, stderr and exit code (`run_python`, for the proof tier's wider
+  renders: their import check and three-epoch run).
 
 `Server` starts one such process and sends it jobs; `ServerPool` keeps one per thread of a
 runner. `python -m tests.forkrun` is the server's entry point; nothing else calls it.
@@ -23,6 +26,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -42,6 +46,7 @@ PRELOAD = (
     "tqdm",
     "tomllib",
 )
+REPO = Path(__file__).resolve().parent.parent
 RULE_TAG = re.compile(r"\b([RSCDTMEK]\d{1,2})(?=[:/,])")
 
 
@@ -97,10 +102,44 @@ def _in_float16(item) -> bool:
     return any(isinstance(v, str) and v == "float16" for v in values)
 
 
+def _python(job: dict) -> dict:
+    """Run job["argv"] (`-m MODULE ...` or `-c SOURCE ...`) as the interpreter would: the
+    folder first on sys.path (this repository's place there left out, as a project never has
+    it), the job's paths after it as PYTHONPATH puts them, and SystemExit as the exit code."""
+    import runpy
+
+    cwd = str(Path.cwd())
+    others = [p for p in sys.path if p and Path(p).resolve() != REPO]
+    sys.path[:] = [cwd, *(str(Path(cwd) / p) for p in job.get("sys_path", [])), *others]
+    kind, target, *args = job["argv"]
+    code = 0
+    try:
+        if kind == "-m":
+            sys.argv = [target, *args]  # run_module puts the module's file in argv[0]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif kind == "-c":
+            sys.argv = ["-c", *args]
+            exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+        else:
+            raise ValueError(f"python jobs take -m or -c, not {kind!r}")
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            code = done.code or 0
+        else:  # sys.exit("message"): printed, status 1, as the interpreter does
+            print(done.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - an uncaught exception: traceback, status 1
+        traceback.print_exc()
+        code = 1
+    return {"returncode": code}
+
+
 def _child(job: dict) -> dict:
     """What a forked child does with a job; its return value is the job's result."""
     os.chdir(job["cwd"])
     os.environ.update(job.get("env", {}))
+    if job["kind"] == "python":
+        return _python(job)
     for path in reversed(job.get("sys_path", [])):
         sys.path.insert(0, str(Path(job["cwd"]) / path))
     if job["kind"] == "script":
@@ -139,9 +178,9 @@ def _run_forked(job: dict) -> dict:
     if pid == 0:  # the child: never returns into the server's loop
         status = 1
         try:
-            with open(job["log"], "w") as log:
+            with open(job["log"], "w") as log, open(job.get("stderr_log", os.devnull), "w") as err:
                 os.dup2(log.fileno(), 1)
-                os.dup2(log.fileno(), 2)
+                os.dup2((err if "stderr_log" in job else log).fileno(), 2)
                 sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
                 sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
                 os.setpgid(0, 0)  # its own group: a timeout kills what it launched too
@@ -174,9 +213,13 @@ def _run_forked(job: dict) -> dict:
         result = {"crashed": f"the child ended with status {status} and no result"}
     result["seconds"] = time.monotonic() - started
     try:
-        result["output"] = Path(job["log"]).read_text(errors="replace")[-4000:]
+        result["output"] = Path(job["log"]).read_text(errors="replace")
+        if "stderr_log" in job:
+            result["stderr"] = Path(job["stderr_log"]).read_text(errors="replace")
     except OSError:
         result["output"] = ""
+    if job["kind"] != "python":  # the others need only its end
+        result["output"] = result["output"][-4000:]
     return result
 
 
@@ -260,6 +303,30 @@ class ServerPool:
 
 
 POOL = ServerPool()  # the process's servers: a pytest worker or a table run keeps them all along
+
+
+def run_python(
+    argv: list[str], cwd: Path, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """`python ARGV` in `cwd` with the project's src on the path, forked from a server that
+    imported torch, numpy, pytest and the rest once: the same outcome as a fresh interpreter's
+    run, less the two seconds of its imports. One thing a fork cannot show is a module that
+    uses a submodule PRELOAD imported without importing it itself: the generated suites, whose
+    tests and child processes run in fresh interpreters, do."""
+    with tempfile.TemporaryDirectory(prefix="forkrun-") as logs:
+        result = POOL.run(
+            {"kind": "python", "cwd": str(cwd), "env": env or {}, "sys_path": ["src"],
+             "argv": argv, "log": f"{logs}/stdout", "stderr_log": f"{logs}/stderr",
+             "timeout": timeout}
+        )  # fmt: skip
+    command = [sys.executable, *argv]
+    if result.get("timed_out"):
+        raise subprocess.TimeoutExpired(command, timeout)
+    if "crashed" in result:
+        raise RuntimeError(f"the forked run of {argv[:2]} crashed: {result['crashed']}")
+    return subprocess.CompletedProcess(
+        command, result["returncode"], result["output"], result.get("stderr", "")
+    )
 
 
 if __name__ == "__main__":

@@ -157,6 +157,8 @@ def _c5(o: Options) -> bool:
     """The covering set's base combinations (every task, one process and torchrun, each
     other option on and off) carry the mid-epoch code paths; the rest repeat them."""
     return not o.compile and not o.warmup_steps and o.grad_accum == 1
+
+
 _COMPILED = "    compiled = compile_model(model) if cfg.compile else model\n"
 
 

@@ -230,3 +230,15 @@ def test_quick_sweep_overhead_benchmark_writes_its_table(tmp_path):
     row = r"\| classification \| [^|]+ \| 2 \|" + rf" {number} \|" * 4 + r" \d+\.\d\d \|"
     assert re.search(row, table), table
     assert re.search(r"importing Optuna \d+\.\d\d s; making a new SQLite study \d+\.\d\d s", table)
+
+
+def test_forked_runs_benchmark_times_both_ways_on_one_render(tmp_path):
+    result = run(
+        [PYTHON, "benchmarks/forked_runs.py", "--renders", "1", "--out", str(tmp_path / "t.md")],
+        REPO,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "t.md").read_text()
+    for name in ("import check", "3-epoch run"):
+        assert re.search(rf"\| {name} \| \d+\.\d\d \| \d+\.\d\d \| \d\.\d\d \|", table), table

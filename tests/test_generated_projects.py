@@ -14,7 +14,17 @@ import re
 
 import pytest
 
-from tests.conftest import COMBOS, COVERING, PYTHON, RENDERED, TASKS, combo_id, project_env, run
+from tests.conftest import (
+    COMBOS,
+    COVERING,
+    PYTHON,
+    RENDERED,
+    TASKS,
+    combo_id,
+    project_env,
+    run,
+    run_in_project,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -197,12 +207,12 @@ def test_train_command_writes_metrics_and_checkpoints(render_combo, options):
     package = project.name.replace("-", "_")
     # A seed of its own per combination, so a result that holds only for one seed shows up.
     seed = str(101 + 37 * COMBOS.index(options))
-    command = [PYTHON, "-m", f"{package}.train", "--epochs", "3", "--out", "run", "--seed", seed]
+    command = ["-m", f"{package}.train", "--epochs", "3", "--out", "run", "--seed", seed]
     if options.compile and options not in COVERING:
         # Compiling takes most of a minute a run: the covering set's compile combinations train
         # compiled here, the wider renders (the proof tier's) train eager.
         command += ["--set", "compile=false"]
-    result = run(command, project, env=project_env())
+    result = run_in_project(command, project, options)
     assert result.returncode == 0, result.stderr
     with open(project / "run" / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))

@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,8 @@ from tests.conftest import (
     FACTORS,
     LATE,
     LATE_SWITCHES,
+    LONG,
+    LONGEST,
     PYTHON,
     RENDERED,
     TASK_IDS,
@@ -29,9 +32,9 @@ from tests.conftest import (
     combo_id,
     combo_numbers,
     covering_set,
-    project_env,
     render,
     run,
+    run_in_project,
     task_ids,
     wider_renders,
 )
@@ -183,6 +186,17 @@ def test_the_three_way_set_covers_every_three_values_and_the_tiers_split_the_ren
         }
 
 
+def test_the_tests_started_first_exist():
+    # conftest sorts these to the front by name: a renamed test would silently start last.
+    defined = {
+        node.name
+        for path in Path(__file__).parent.glob("test_*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    }
+    assert set(LONGEST + LONG) <= defined, set(LONGEST + LONG) - defined
+
+
 def values(options: Options) -> list:
     return [(name, getattr(options, name)) for name in FACTORS]
 
@@ -265,7 +279,7 @@ sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *every])
 def test_every_module_imports_and_every_test_file_collects(render_combo, options):
     project = render_combo(options).dest
     package = package_of(options)
-    result = run([PYTHON, "-c", IMPORT_ALL, package], project, env=project_env())
+    result = run_in_project(["-c", IMPORT_ALL, package], project, options)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report, *collected = result.stdout.splitlines()
     report = json.loads(report)

@@ -27,9 +27,11 @@ TEMPORARY_NAME = re.compile(r"\.(?:.+\.pt|metrics\.csv)\.[a-z0-9_]{8}\.tmp")
 ZIP_MAGIC = b"PK\x03\x04"
 TRAINING_RUN_HINT = "give a last.pt or best.pt written by this project's training"
 DIGEST_SLICE = 1 << 22  # elements hashed at a time by content_digest (16 MB of float32)
-# The signals that stop a run (Ctrl-C, and SIGTERM and SIGHUP as train.py handles them): held
-# while a file is written, and acted on as soon as it is.
-HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+# What stops a run besides Ctrl-C, as Ctrl-C does (train.py): SIGTERM, what SLURM and
+# Kubernetes send before they kill, and SIGHUP, a closed terminal or ssh session.
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+# Held while a file is written, and acted on as soon as it is: Ctrl-C and the stop signals.
+HELD_SIGNALS = ("SIGINT", *STOP_SIGNALS)
 
 
 class CheckpointError(ValueError):

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from . import TEMPLATE_VERSION, tracking
 from .checkpoint import (
+    STOP_SIGNALS,
     TRAINING_RUN_HINT,
     CheckpointError,
     copy_to_cpu,
@@ -43,10 +44,9 @@ from .task import METRICS
 EXIT_INPUT = 2  # a setting, data file, checkpoint or output folder that cannot be used
 EXIT_DIVERGED = 3  # a loss became inf or nan; last.pt keeps the last good epoch
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
-# SIGTERM (what SLURM and Kubernetes send before they kill) and SIGHUP (a closed terminal or
-# ssh session) stop a run as Ctrl-C does; each exits 128 + its number, as shells report it:
-# 143 and 129. stdout's reader gone (`train ... | head`) stops it too, with 141 (SIGPIPE).
-STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+# STOP_SIGNALS (SIGTERM, SIGHUP: checkpoint.py) stop a run as Ctrl-C does; each exits 128 + its
+# number, as shells report it: 143 and 129. stdout's reader gone (`train ... | head`) stops it
+# too, with 141 (SIGPIPE).
 
 # What a checkpoint must match to be resumed here: this project and the options it was
 # rendered with (another scheduler's state would load silently and train at a wrong rate).
@@ -340,7 +340,7 @@ class RunWriter:
             self.flush()
         except (KeyboardInterrupt, OSError):
             pass
-        except RuntimeError as err:  # torch.save turns a Ctrl-C in its writer into one
+        except RuntimeError as err:  # a Ctrl-C inside a torch.save that did not hold it
             if not caused_by_ctrl_c(err):
                 raise
 
@@ -679,7 +679,9 @@ def apply_resume_settings(
 
 
 def caused_by_ctrl_c(err: BaseException | None) -> bool:
-    """Whether Ctrl-C lies under `err`: torch.save turns one in its writer into a RuntimeError."""
+    """Whether Ctrl-C lies under `err`. torch.save turns one raised inside its writer into a
+    RuntimeError; the project's own writes hold Ctrl-C until they end (checkpoint.signals_held),
+    so this is for a save that does not go through them, such as one added to the loop."""
     while err is not None:
         if isinstance(err, KeyboardInterrupt):
             return True

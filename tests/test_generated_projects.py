@@ -19,6 +19,7 @@ from tests.conftest import (
     COVERING,
     PYTHON,
     RENDERED,
+    REPO,
     TASKS,
     combo_id,
     project_env,
@@ -52,6 +53,20 @@ KNOWN_FLAKY: tuple[str, ...] = ()
 # ONE_PER_TASK's suites only. test_tune.py runs about twenty short trainings in child processes
 # (a minute and a half of CPU); tune.py drives the task's own train command and nothing else.
 ONCE_PER_TASK: tuple[str, ...] = ("tests/test_tune.py",)
+# Of those, the tests of a study's storage and workers (a new database opened by many workers
+# at once, two workers on one study, a dead worker's trial run again, a sweep cut by Ctrl-C or
+# a kill) run in the first task's suite only: the task enters them only as the command a
+# trial starts, whose own stops and resumes every suite's test_run_guards.py tests. About
+# 90 s of CPU saved in each other task's suite.
+ONCE_IN_ALL: tuple[str, ...] = tuple(
+    f"tests/test_tune.py::{name}"
+    for name in (
+        "test_workers_opening_a_new_database_at_once_all_get_it",
+        "test_two_workers_on_one_study_never_run_a_trial_twice",
+        "test_a_trial_runs_again_exactly_when_its_worker_is_dead",
+        "test_a_study_goes_on_after_an_interruption_and_reruns_the_cut_trial",
+    )
+)
 # A combination with compile runs its default tier and tests/test_compile.py, and leaves its
 # other probes to the combinations without compile, when its code with compile false is its
 # eager twin's (the same answers, compile false): every generated test but test_compile.py's
@@ -119,11 +134,23 @@ def run_suite(project, marks: str | None, options=None, paths: tuple[str, ...] =
         command += [f"--deselect={node}" for node in KNOWN_FLAKY]
     if options is not None and options not in ONE_PER_TASK:
         command += [f"--deselect={path}" for path in ONCE_PER_TASK]
+    elif options is not None and options != ONE_PER_TASK[0]:
+        command += [f"--deselect={node}" for node in ONCE_IN_ALL]
     result = run(command, project, env=project_env(), timeout=1200)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "skipped" not in summary, summary
     return summary
+
+
+def test_the_tests_run_once_name_tests_of_the_template():
+    # --deselect takes a node id's prefix and says nothing when none matches: a renamed test
+    # would otherwise run everywhere, or (in ONCE_IN_ALL, with its file gone) nowhere.
+    for node in (*ONCE_PER_TASK, *ONCE_IN_ALL):
+        path, _, name = node.partition("::")
+        (template,) = (REPO / "template").glob(f"{path}.jinja") or [REPO / "template" / path]
+        assert template.is_file(), node
+        assert not name or f"def {name}(" in template.read_text(), node
 
 
 @pytest.mark.parametrize("options", ONE_PER_TASK, ids=combo_id)

@@ -147,9 +147,14 @@ def wait_for(path: Path, seconds: float = 300) -> None:
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
 def test_a_study_goes_on_after_an_interruption_and_reruns_the_cut_trial(tmp_path, how):
     args = ["--trials", "2", "--no-prune", "--set", "epochs=3"]
+    assert sweep(tmp_path, "--trials", "1", *args[2:]).returncode == 0  # trial 0, finished
+    # Trial 1 gets epochs enough that it cannot end between its first epoch's row and the
+    # signal: with 3, a busy machine let it finish first, and the sweep exited 0.
+    endless = ["--set", "epochs=100000"]
+    endless += ["--set", "patience=100000"]
     child = subprocess.Popen(
-        command(tmp_path, *args), cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        command(tmp_path, *args, *endless), cwd=tmp_path, env=env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     wait_for(tmp_path / "runs" / "sweep" / "trial-0001" / "metrics.csv")  # trial 1 is running
     # A terminal's Ctrl-C reaches the whole process group: the sweep and its trial's run.

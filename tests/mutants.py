@@ -313,7 +313,7 @@ MUTANTS = [
     Mutant("R8", "plateau stepped with the training loss", "train.py",
            (Edit("replace", 'scheduler.step(val["loss"])', 'scheduler.step(train["loss"])'),),
            lambda o: o.scheduler == "plateau"),
-    Mutant("R8", "plateau mode max for a loss", "train.py",
+    Mutant("R8", "plateau mode max for a loss", "optim.py",
            (Edit("replace", 'mode="min"', 'mode="max"'),), lambda o: o.scheduler == "plateau"),
     # With EMA, validation runs on the average's own copy (always in eval mode): the trained
     # model never leaves training mode during a run, so this deletion changes nothing there.

@@ -61,6 +61,7 @@ SHARED_FILES = (
     "src/{package}/plot.py",
     "src/{package}/predict.py",
     "src/{package}/seed.py",
+    "src/{package}/stopping.py",
     "src/{package}/tracking.py",
     "src/{package}/train.py",
     "src/{package}/tune.py",
@@ -347,12 +348,16 @@ def test_tasks_differ_only_in_their_own_files(render_combo, base):
         assert own_a != own_b, f"{a} and {b} render the same task.py"
 
 
+TRAINING_MODULES = ("train", "console", "device", "optim", "resume", "run_files", "stopping")
+
+
 @pytest.mark.tiered
 @pytest.mark.parametrize("options", RENDERED, ids=combo_id)
 def test_code_exists_only_for_the_chosen_options(render_combo, options):
     package = render_combo(options).dest / "src" / package_of(options)
     engine = (package / "engine.py").read_text()
-    train = (package / "train.py").read_text()
+    # The training code: train.py and the modules it is built from.
+    train = "".join((package / f"{name}.py").read_text() for name in TRAINING_MODULES)
     config = (package / "config.py").read_text()
     assert ("autocast" in engine) == ("GradScaler" in train) == options.amp
     assert ("clip_grad_norm_" in engine) == ("max_grad_norm" in config) == options.clip
@@ -372,6 +377,55 @@ def test_code_exists_only_for_the_chosen_options(render_combo, options):
     # No flags checked at run time for options that were decided at generation time.
     for word in ("use_amp", "if cfg.clip", "early_stopping:", "if cfg.scheduler"):
         assert word not in engine + train + config, word
+
+
+def unused_definitions(package: Path) -> list[str]:
+    """The functions, classes and constants of a package's modules that none of its code uses
+    (by name or as an attribute): code rendered for an option the project does not have."""
+    trees = {path: ast.parse(path.read_text()) for path in sorted(package.glob("*.py"))}
+    used = set()
+    for node in (n for tree in trees.values() for n in ast.walk(tree)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+    unused = []
+    for path, tree in trees.items():
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            unused += [
+                f"{path.name}: {name}"
+                for name in names
+                if not name.startswith("__") and name not in used  # dunders are Python's
+            ]
+    return unused
+
+
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
+def test_every_definition_of_a_render_is_used_by_its_own_code(render_combo, options):
+    # load_best was once rendered into projects without early stopping, where nothing called it.
+    package = render_combo(options).dest / "src" / package_of(options)
+    assert unused_definitions(package) == []
+    # train.py is the recipe and the command line, not a library: no module imports from it.
+    importers = [
+        path.name
+        for path in package.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "train"
+    ]
+    assert importers == []
+
+
+def test_unused_definitions_finds_a_function_nothing_calls(tmp_path):
+    (tmp_path / "a.py").write_text("def used():\n    pass\n\n\ndef unused():\n    used()\n")
+    (tmp_path / "b.py").write_text("import a\n\nLIMIT = 3\na.used()\n__all__ = []\n")
+    assert unused_definitions(tmp_path) == ["a.py: unused", "b.py: LIMIT"]
 
 
 @pytest.mark.tiered

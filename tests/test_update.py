@@ -160,8 +160,8 @@ def test_options_switched_on_later_keep_edits(tmp_path, template_repo):
     got = answers(project)
     assert (got["amp"], got["early_stopping"], got["scheduler"]) == (True, True, "plateau")
     assert "torch.autocast" in (package / "engine.py").read_text()
-    train = (package / "train.py").read_text()
-    assert "ReduceLROnPlateau" in train and "epochs_without_improvement" in train
+    assert "ReduceLROnPlateau" in (package / "optim.py").read_text()
+    assert "epochs_without_improvement" in (package / "train.py").read_text()
     assert "R13" in (project / "tests" / "test_contract.py").read_text()
     assert_user_edits_kept(project)
     project_tests_pass(project)

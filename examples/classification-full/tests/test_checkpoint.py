@@ -19,7 +19,7 @@ import conftest
 from classification_full import (
     checkpoint as checkpoint_module,
 )
-from classification_full import train
+from classification_full import run_files, train
 from classification_full.checkpoint import (
     CheckpointError,
     link_checkpoint,
@@ -99,7 +99,7 @@ SAVES_UNDER_A_STOP = """
 import json, os, signal, sys
 from pathlib import Path
 import torch
-from classification_full import checkpoint, train
+from classification_full import checkpoint, stopping
 
 path = Path(sys.argv[1]) / "last.pt"
 real_save, calls, stop_at, signum = torch.save, [0], [None], [None]
@@ -133,10 +133,10 @@ for name in sys.argv[2:]:
     signum[0] = getattr(signal, name)
     for stop_at[0] in range(1, writes + 1):
         step, calls[0], raised = step + 1, 0, False
-        restore = train.stop_on_signals()  # as a training run has them: SIGTERM and SIGHUP stop it
+        restore = stopping.stop_on_signals()  # as a run has them: SIGTERM and SIGHUP stop it
         try:
             save_checkpoint(state(step), path)
-        except KeyboardInterrupt:  # Ctrl-C's, and train.Stopped for the others
+        except KeyboardInterrupt:  # Ctrl-C's, and stopping.Stopped for the others
             raised = True
         restore()
         cases.append([name, step, load_checkpoint(path)["step"], raised])
@@ -393,14 +393,16 @@ def test_missing_keys_are_named(tmp_path):
 def at_epoch_ends_only(monkeypatch) -> None:
     """No writes inside epochs (C5, tests/test_midepoch.py), nor their reading of the clock
     after every optimizer step: the tests with a Clock count its readings at epoch ends."""
-    real_due = train.RunWriter.due
+    real_due = run_files.RunWriter.due
     monkeypatch.setattr(
-        train.RunWriter, "due", lambda self, step, inside=False: not inside and real_due(self, step)
+        run_files.RunWriter,
+        "due",
+        lambda self, step, inside=False: not inside and real_due(self, step),
     )
 
 
 class Clock:
-    """train.time with a monotonic clock that advances `step` seconds at each reading."""
+    """run_files.time with a monotonic clock that advances `step` seconds at each reading."""
 
     def __init__(self, step: float) -> None:
         self.now, self.step = 0.0, step
@@ -428,13 +430,13 @@ def scripted_losses(monkeypatch, losses: list[float], weights: dict) -> None:
 def written_epochs(monkeypatch) -> list[tuple[int, str]]:
     """(epoch, file name) of every save_checkpoint call from here on."""
     calls = []
-    real_save = train.save_checkpoint
+    real_save = run_files.save_checkpoint
 
     def save(state, path):
         calls.append((state["epoch"], os.path.basename(path)))
         real_save(state, path)
 
-    monkeypatch.setattr(train, "save_checkpoint", save)
+    monkeypatch.setattr(run_files, "save_checkpoint", save)
     return calls
 
 
@@ -502,7 +504,7 @@ def test_best_pt_keeps_the_best_epoch_after_later_epochs(cfg, monkeypatch, every
 def test_last_pt_is_written_when_due_and_after_the_last_epoch(cfg, monkeypatch, every_s, expected):
     scripted_losses(monkeypatch, [1.0, 0.5, 0.4, 0.6, 0.7], {})
     at_epoch_ends_only(monkeypatch)
-    monkeypatch.setattr(train, "time", Clock(step=3.0))
+    monkeypatch.setattr(run_files, "time", Clock(step=3.0))
     calls = written_epochs(monkeypatch)
     result = train.fit(dataclasses.replace(cfg, epochs=5, checkpoint_every_s=every_s))
     assert calls == expected
@@ -552,7 +554,7 @@ def test_a_killed_run_loses_only_the_unwritten_epochs_and_resumes_to_the_same_bi
     full = train.fit(dataclasses.replace(cfg, out=f"{cfg.out}-full"))
     # The clock as above: epoch 2 is due and written, epoch 3 is kept in memory only.
     at_epoch_ends_only(monkeypatch)
-    monkeypatch.setattr(train, "time", Clock(step=3.0))
+    monkeypatch.setattr(run_files, "time", Clock(step=3.0))
     real_train = train.train_one_epoch
     epochs = []
 

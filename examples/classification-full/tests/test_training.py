@@ -9,7 +9,7 @@ import torch
 
 import conftest
 import task_cases
-from classification_full import train
+from classification_full import run_files, train
 from classification_full.checkpoint import load_checkpoint
 from classification_full.task import METRICS
 
@@ -71,14 +71,14 @@ def test_resumed_run_ends_where_an_uninterrupted_run_ends(cfg, tmp_path, monkeyp
     full = train.fit(dataclasses.replace(cfg, out=str(tmp_path / "full")))
 
     # Crash right after the checkpoint of epoch 2 has been written.
-    save = train.save_checkpoint
+    save = run_files.save_checkpoint
 
     def save_then_crash(state, path):
         save(state, path)
         if state["epoch"] == 2 and path.name == "last.pt":
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(run_files, "save_checkpoint", save_then_crash)
     out = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
         train.fit(dataclasses.replace(cfg, out=str(out)))

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import task_cases
-from image_classification_distributed import data, engine, train
+from image_classification_distributed import data, engine, run_files, train
 
 RANK = int(os.environ["RANK"])
 record: dict = {"batches": [], "epochs": 0, "writes": []}
@@ -38,7 +38,7 @@ def recording_batch_indices(self, draw: bool = True):
 
 data.Batches.batch_indices = recording_batch_indices
 
-saved, wrote_metrics = train.save_checkpoint, train.write_metrics
+saved, wrote_metrics = run_files.save_checkpoint, run_files.write_metrics
 
 
 def slow_save_checkpoint(state, path):
@@ -52,7 +52,7 @@ def recording_write_metrics(path, history):
     wrote_metrics(path, history)
 
 
-train.save_checkpoint, train.write_metrics = slow_save_checkpoint, recording_write_metrics
+run_files.save_checkpoint, run_files.write_metrics = slow_save_checkpoint, recording_write_metrics
 
 if os.environ.get("VAL_OFFSETS"):
     validated = {"epochs": 0}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import conftest
-from image_classification_distributed import train
+from image_classification_distributed import run_files, train
 from image_classification_distributed.checkpoint import load_checkpoint
 
 # One seed in the default tier, the others with the probes. Each seed also picks the
@@ -59,7 +59,7 @@ def test_a_run_killed_inside_an_epoch_resumes_to_the_bits_of_an_unbroken_run(
     # Killed right after writing the checkpoint of a step drawn from the seed (the last step
     # of an epoch included): the resume starts from that step's state.
     kill_at = random.Random(seed).randrange(1, total_steps(full))
-    real_save = train.save_checkpoint
+    real_save = run_files.save_checkpoint
     inside = []
 
     def save_then_die(state, path):
@@ -69,7 +69,7 @@ def test_a_run_killed_inside_an_epoch_resumes_to_the_bits_of_an_unbroken_run(
             if state["global_step"] == kill_at:
                 raise conftest.Killed
 
-    monkeypatch.setattr(train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(run_files, "save_checkpoint", save_then_die)
     with pytest.raises(conftest.Killed):
         train.fit(stopped)
     monkeypatch.undo()
@@ -124,7 +124,7 @@ def test_sigterm_inside_an_epoch_saves_that_step_exits_143_and_resumes_to_the_sa
 
 
 class Clock:
-    """train.time: monotonic advances 1 s at each reading; each write takes `write_s`."""
+    """run_files.time: monotonic advances 1 s at each reading; each write takes `write_s`."""
 
     def __init__(self, write_s: float) -> None:
         self.now, self.write_s, self.counter = 0.0, write_s, 0.0
@@ -143,15 +143,15 @@ def test_inside_an_epoch_last_pt_is_written_once_due_and_no_more_often(
     cfg, monkeypatch, every_s, write_s, gap
 ):
     clock = Clock(write_s)
-    monkeypatch.setattr(train, "time", clock)
-    real_save, written = train.save_checkpoint, []
+    monkeypatch.setattr(run_files, "time", clock)
+    real_save, written = run_files.save_checkpoint, []
 
     def save(state, path):
         if path.name == "last.pt":
             written.append((clock.now, "position" in state))
         real_save(state, path)
 
-    monkeypatch.setattr(train, "save_checkpoint", save)
+    monkeypatch.setattr(run_files, "save_checkpoint", save)
     # Small batches: enough optimizer steps per epoch, with or without accumulation.
     cfg = dataclasses.replace(cfg, epochs=2, batch_size=8, device="cpu", checkpoint_every_s=every_s)
     train.fit(cfg)
@@ -167,13 +167,13 @@ def test_inside_an_epoch_last_pt_is_written_once_due_and_no_more_often(
 
 
 def test_with_every_s_0_last_pt_is_written_at_every_epoch_end_and_never_inside(cfg, monkeypatch):
-    real_save, written = train.save_checkpoint, []
+    real_save, written = run_files.save_checkpoint, []
 
     def save(state, path):
         written.append((state["epoch"], "position" in state))
         real_save(state, path)
 
-    monkeypatch.setattr(train, "save_checkpoint", save)
+    monkeypatch.setattr(run_files, "save_checkpoint", save)
     train.fit(dataclasses.replace(cfg, epochs=3, device="cpu", checkpoint_every_s=0.0))
     assert [epoch for epoch, _ in written] == [1, 2, 3]
     assert not any(inside for _, inside in written)

@@ -19,7 +19,7 @@ import torch
 
 import conftest
 import task_cases
-from image_classification_distributed import train
+from image_classification_distributed import console, run_files, train
 from image_classification_distributed.checkpoint import load_checkpoint
 from image_classification_distributed.config import Config
 from image_classification_distributed.data import (
@@ -276,9 +276,9 @@ def test_resuming_into_a_folder_of_another_run_is_refused(tmp_path, capsys):
 def test_the_best_weights_are_restored_without_reading_best_pt(cfg, monkeypatch, seed):
     # best.pt is never written here: the end of the run must still restore the best epoch's
     # weights, and never from a file another run may have left (R13).
-    real_save = train.save_checkpoint
+    real_save = run_files.save_checkpoint
     monkeypatch.setattr(
-        train,
+        run_files,
         "save_checkpoint",
         lambda state, path: None if Path(path).name == "best.pt" else real_save(state, path),
     )
@@ -520,7 +520,7 @@ def test_an_unusable_out_fails_before_anything_trains(tmp_path, capsys, monkeypa
         def read_only(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(train.tempfile, "TemporaryFile", read_only)
+        monkeypatch.setattr(run_files.tempfile, "TemporaryFile", read_only)
         out = tmp_path / "run"
         expected = f"cannot write to --out {out}: Permission denied; choose another --out"
     code, lines, errors = train_cli(capsys, "--epochs", "2", "--out", str(out))
@@ -607,11 +607,11 @@ def test_a_run_clears_stale_temporaries_and_first_prints_its_size(tmp_path, caps
 
 
 def test_sizes_read_as_people_write_them():
-    assert train.human_size(999) == "999 bytes"
-    assert train.human_size(63_800) == "63.8 kB"
-    assert train.human_size(1_234_567) == "1.2 MB"
-    assert train.human_size(3.2e9) == "3.2 GB"
-    assert train.human_size(4.5e13) == "45.0 TB"
+    assert console.human_size(999) == "999 bytes"
+    assert console.human_size(63_800) == "63.8 kB"
+    assert console.human_size(1_234_567) == "1.2 MB"
+    assert console.human_size(3.2e9) == "3.2 GB"
+    assert console.human_size(4.5e13) == "45.0 TB"
 
 
 def start_cli(out: Path, *args: str) -> subprocess.Popen:

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 import conftest
-from image_classification_distributed import streaming, train
+from image_classification_distributed import run_files, streaming, train
 from image_classification_distributed.checkpoint import (
     load_checkpoint,
     save_checkpoint,
@@ -66,7 +66,7 @@ def test_streamed_images_train_bit_for_bit_as_in_memory_with_any_worker_count(fo
 def killed_at_step(cfg: Config, monkeypatch, step: int) -> dict:
     """Run `cfg` writing last.pt after every step and die right after step `step`'s write;
     returns that checkpoint."""
-    real_save = train.save_checkpoint
+    real_save = run_files.save_checkpoint
 
     def save_then_die(state, path):
         real_save(state, path)
@@ -74,7 +74,7 @@ def killed_at_step(cfg: Config, monkeypatch, step: int) -> dict:
             raise conftest.Killed
 
     with monkeypatch.context() as patch:
-        patch.setattr(train, "save_checkpoint", save_then_die)
+        patch.setattr(run_files, "save_checkpoint", save_then_die)
         with pytest.raises(conftest.Killed):
             train.fit(dataclasses.replace(cfg, checkpoint_every_steps=1))
     return load_checkpoint(f"{cfg.out}/last.pt")

@@ -16,7 +16,7 @@ import torch
 import conftest
 import loop_recorder
 from regression_warmup_accum import data as data_module
-from regression_warmup_accum import train
+from regression_warmup_accum import run_files, train
 from regression_warmup_accum.checkpoint import load_checkpoint
 from regression_warmup_accum.config import Config
 from regression_warmup_accum.engine import (
@@ -465,7 +465,7 @@ def test_R7_a_resumed_run_goes_on_with_its_warmup_and_ends_as_an_unbroken_run(
     # schedule over would train epoch 2 at other rates.
     cfg = warmup_config(tmp_path, device="cpu", checkpoint_every_s=0.0)
     full = train.fit(dataclasses.replace(cfg, out=str(tmp_path / "full")))
-    save = train.save_checkpoint
+    save = run_files.save_checkpoint
 
     def save_then_stop(state, path):
         save(state, path)
@@ -473,7 +473,7 @@ def test_R7_a_resumed_run_goes_on_with_its_warmup_and_ends_as_an_unbroken_run(
             raise KeyboardInterrupt
 
     out = tmp_path / "resumed"
-    monkeypatch.setattr(train, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(run_files, "save_checkpoint", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         train.fit(dataclasses.replace(cfg, out=str(out)))
     monkeypatch.undo()

@@ -19,7 +19,7 @@ import torch
 
 import conftest
 import task_cases
-from regression_warmup_accum import train
+from regression_warmup_accum import console, run_files, train
 from regression_warmup_accum.checkpoint import load_checkpoint
 from regression_warmup_accum.config import Config
 from regression_warmup_accum.data import (
@@ -475,7 +475,7 @@ def test_an_unusable_out_fails_before_anything_trains(tmp_path, capsys, monkeypa
         def read_only(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(train.tempfile, "TemporaryFile", read_only)
+        monkeypatch.setattr(run_files.tempfile, "TemporaryFile", read_only)
         out = tmp_path / "run"
         expected = f"cannot write to --out {out}: Permission denied; choose another --out"
     code, lines, errors = train_cli(capsys, "--epochs", "2", "--out", str(out))
@@ -562,11 +562,11 @@ def test_a_run_clears_stale_temporaries_and_first_prints_its_size(tmp_path, caps
 
 
 def test_sizes_read_as_people_write_them():
-    assert train.human_size(999) == "999 bytes"
-    assert train.human_size(63_800) == "63.8 kB"
-    assert train.human_size(1_234_567) == "1.2 MB"
-    assert train.human_size(3.2e9) == "3.2 GB"
-    assert train.human_size(4.5e13) == "45.0 TB"
+    assert console.human_size(999) == "999 bytes"
+    assert console.human_size(63_800) == "63.8 kB"
+    assert console.human_size(1_234_567) == "1.2 MB"
+    assert console.human_size(3.2e9) == "3.2 GB"
+    assert console.human_size(4.5e13) == "45.0 TB"
 
 
 def start_cli(out: Path, *args: str) -> subprocess.Popen:

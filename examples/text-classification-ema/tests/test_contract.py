@@ -15,7 +15,7 @@ import torch
 import conftest
 import loop_recorder
 from text_classification_ema import data as data_module
-from text_classification_ema import train
+from text_classification_ema import run_files, train
 from text_classification_ema.checkpoint import load_checkpoint
 from text_classification_ema.config import Config
 from text_classification_ema.ema import WeightAverage
@@ -389,7 +389,7 @@ def test_E2_validation_best_pt_and_predictions_use_the_averaged_weights(run):
 def test_E3_a_resumed_run_restores_the_average_and_ends_as_an_unbroken_run(tmp_path, monkeypatch):
     cfg = small_config(tmp_path, device="cpu", checkpoint_every_s=0.0)
     full = train.fit(dataclasses.replace(cfg, out=str(tmp_path / "full")))
-    save = train.save_checkpoint
+    save = run_files.save_checkpoint
 
     def save_then_stop(state, path):
         save(state, path)
@@ -397,7 +397,7 @@ def test_E3_a_resumed_run_restores_the_average_and_ends_as_an_unbroken_run(tmp_p
             raise KeyboardInterrupt
 
     out = tmp_path / "resumed"
-    monkeypatch.setattr(train, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(run_files, "save_checkpoint", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         train.fit(dataclasses.replace(cfg, out=str(out)))
     monkeypatch.undo()

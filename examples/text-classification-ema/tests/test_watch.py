@@ -16,8 +16,10 @@ import torch
 import conftest
 import task_cases
 from text_classification_ema import (
+    console,
     engine,
     plot,
+    run_files,
     train,
 )
 from text_classification_ema.config import load_config
@@ -172,14 +174,14 @@ def test_tensorboard_on_writes_each_epoch_row_as_scalars(tmp_path):
 def test_a_resumed_run_hides_the_events_logged_after_its_checkpoint(tmp_path, monkeypatch):
     out = tmp_path / "run"
     cfg = small_config(out, "epochs=3", "tensorboard=true", "checkpoint_every_s=0")
-    save = train.save_checkpoint
+    save = run_files.save_checkpoint
 
     def stop_before_epoch_2_is_saved(state, path):
         if state["epoch"] == 2:  # epoch 2 is logged already, but never saved
             raise KeyboardInterrupt
         save(state, path)
 
-    monkeypatch.setattr(train, "save_checkpoint", stop_before_epoch_2_is_saved)
+    monkeypatch.setattr(run_files, "save_checkpoint", stop_before_epoch_2_is_saved)
     with pytest.raises(KeyboardInterrupt):
         train.fit(cfg)
     monkeypatch.undo()
@@ -377,4 +379,4 @@ def test_the_last_line_names_the_best_epoch_its_metrics_and_the_time(tmp_path, c
      (7530, "2 h 05 min")],
 )  # fmt: skip
 def test_durations_read_as_a_person_would_write_them(seconds, text):
-    assert train.human_duration(seconds) == text
+    assert console.human_duration(seconds) == text

@@ -10,10 +10,11 @@ import torch
 
 from .config import Config, ConfigError
 from .data import Batches, load_data
+from .device import autocast_dtype, resolve_device
 from .engine import NonFiniteLoss, evaluate, train_one_epoch
 from .model import build_model
+from .optim import build_optimizer
 from .seed import seed_everything
-from .train import autocast_dtype, build_optimizer, resolve_device
 
 
 def overfit_one_batch(cfg: Config, max_steps: int = 500, threshold: float = 0.01) -> dict:

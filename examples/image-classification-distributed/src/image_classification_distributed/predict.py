@@ -18,9 +18,10 @@ from .checkpoint import (
 )
 from .config import Config, ConfigError, load_config
 from .data import Batches, DataError, NewData
+from .device import resolve_device
 from .model import build_model
+from .resume import PROJECT
 from .task import Task
-from .train import PROJECT, resolve_device
 
 EXIT_INPUT = 2  # a checkpoint, data file or output that cannot be used, as train.py
 

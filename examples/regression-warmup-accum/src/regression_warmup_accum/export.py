@@ -29,7 +29,7 @@ from .checkpoint import (
 )
 from .config import ConfigError
 from .predict import EXIT_INPUT, Predictor, check_output
-from .train import PROJECT
+from .resume import PROJECT
 
 # Each format, the file name it gets by default, and the extra it needs beyond torch.
 FORMATS = {"onnx": "model.onnx", "torch-export": "model.pt2"}

@@ -29,7 +29,7 @@ PROJECT = {
     "early_stopping": True,
 }
 # Settings a resumed run may change; every other one shapes the data, the model or the batch
-# order, so changing it would not continue the same run. (Names this project lacks are unused.)
+# order, so changing it would not continue the same run.
 CHANGEABLE_ON_RESUME = (
     "epochs",
     "lr",

@@ -29,16 +29,13 @@ PROJECT = {
     "warmup": True,  # a per-step schedule: an epoch scheduler's state would not fit it
 }
 # Settings a resumed run may change; every other one shapes the data, the model or the batch
-# order, so changing it would not continue the same run. (Names this project lacks are unused.)
+# order, so changing it would not continue the same run.
 CHANGEABLE_ON_RESUME = (
     "epochs",
     "lr",
     "weight_decay",
     "min_lr",
-    "plateau_patience",
-    "plateau_factor",
     "max_grad_norm",
-    "patience",
     "device",
     "deterministic",
     "out",

@@ -30,7 +30,7 @@ PROJECT = {
     "ema": True,
 }
 # Settings a resumed run may change; every other one shapes the data, the model or the batch
-# order, so changing it would not continue the same run. (Names this project lacks are unused.)
+# order, so changing it would not continue the same run.
 CHANGEABLE_ON_RESUME = (
     "epochs",
     "lr",
@@ -38,7 +38,6 @@ CHANGEABLE_ON_RESUME = (
     "min_lr",
     "plateau_patience",
     "plateau_factor",
-    "max_grad_norm",
     "patience",
     "device",
     "deterministic",

@@ -56,6 +56,7 @@ SHARED_FILES = (
     "src/{package}/engine.py",
     "src/{package}/evaluate.py",
     "src/{package}/export.py",
+    "src/{package}/inputs.py",
     "src/{package}/interface.py",
     "src/{package}/overfit.py",
     "src/{package}/plot.py",

@@ -19,7 +19,11 @@ import torch
 
 import conftest
 import task_cases
-from classification_full import console, run_files, train
+from classification_full import (
+    console,
+    run_files,
+    train,
+)
 from classification_full.checkpoint import load_checkpoint
 from classification_full.config import Config
 from classification_full.data import (

@@ -21,7 +21,12 @@ from pathlib import Path
 import torch
 
 import task_cases
-from image_classification_distributed import data, engine, run_files, train
+from image_classification_distributed import (
+    data,
+    engine,
+    run_files,
+    train,
+)
 
 RANK = int(os.environ["RANK"])
 record: dict = {"batches": [], "epochs": 0, "writes": []}

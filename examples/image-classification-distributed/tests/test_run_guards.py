@@ -19,7 +19,11 @@ import torch
 
 import conftest
 import task_cases
-from image_classification_distributed import console, run_files, train
+from image_classification_distributed import (
+    console,
+    run_files,
+    train,
+)
 from image_classification_distributed.checkpoint import load_checkpoint
 from image_classification_distributed.config import Config
 from image_classification_distributed.data import (

@@ -11,7 +11,11 @@ import torch
 from PIL import Image
 
 import conftest
-from image_classification_distributed import run_files, streaming, train
+from image_classification_distributed import (
+    run_files,
+    streaming,
+    train,
+)
 from image_classification_distributed.checkpoint import (
     load_checkpoint,
     save_checkpoint,

@@ -12,8 +12,7 @@ import pytest
 import torch
 from pyarrow import parquet
 
-from regression_warmup_accum import data as data_module
-from regression_warmup_accum import train
+from regression_warmup_accum import tables, train
 from regression_warmup_accum.data import (
     DataError,
     NewData,
@@ -70,7 +69,7 @@ def pieces(request, monkeypatch):
     """A CSV file read as one piece by one thread, or cut in pieces of about 64 bytes read by 3
     threads: every step of the parallel reading, on a small file."""
     one = request.param == "one piece"
-    monkeypatch.setattr(data_module, "PIECE_BYTES", 1 << 30 if one else 64)
+    monkeypatch.setattr(tables, "PIECE_BYTES", 1 << 30 if one else 64)
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if one else 3)
     yield request.param
@@ -242,7 +241,7 @@ def test_an_unreadable_file_is_a_one_line_error(cfg, tmp_path, monkeypatch, suff
         def denied(file, *args, **kwargs):
             raise PermissionError(13, "Permission denied", str(file))
 
-        monkeypatch.setattr(data_module, "open", denied, raising=False)
+        monkeypatch.setattr(tables, "open", denied, raising=False)
     with pytest.raises(DataError) as err:
         load_data(dataclasses.replace(cfg, data=path))
     assert str(err.value) == f"cannot read {path}: Permission denied"
@@ -276,15 +275,15 @@ def test_cells_only_python_reads_are_read_and_far_errors_name_their_line(tmp_pat
 def test_a_file_read_in_pieces_by_threads_is_read_as_one_piece(tmp_path, monkeypatch, seed, quotes):
     text = messy_csv(seed, 400, quotes)
     path = write_csv(tmp_path / "d.csv", text)
-    monkeypatch.setattr(data_module, "_read_rows", None)  # Arrow alone reads it
-    monkeypatch.setattr(data_module, "PIECE_BYTES", 1 << 30)
+    monkeypatch.setattr(tables, "_read_rows", None)  # Arrow alone reads it
+    monkeypatch.setattr(tables, "PIECE_BYTES", 1 << 30)
     whole = read_table(path, "target")
-    monkeypatch.setattr(data_module, "PIECE_BYTES", 64)
+    monkeypatch.setattr(tables, "PIECE_BYTES", 64)
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
         # Quotes in the rows: one piece, as only a parse from the start finds their ends.
-        count = len(data_module._pieces(path))
+        count = len(tables._pieces(path))
         assert count == 1 if quotes else count > 50, count
         cut = read_table(path, "target")
     finally:
@@ -303,7 +302,7 @@ def test_a_file_read_in_pieces_by_threads_is_read_as_one_piece(tmp_path, monkeyp
 @pytest.mark.probe
 @pytest.mark.parametrize("piece_bytes", [1, 7, 64])
 def test_pieces_cover_every_row_once(tmp_path, monkeypatch, piece_bytes):
-    monkeypatch.setattr(data_module, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(tables, "PIECE_BYTES", piece_bytes)
     rng = random.Random(piece_bytes)
     header = '"a","b\n2",target\n'
     for rows in ["", "1,2,3", "1,2,3\n", '1,"x\n\ny",3\n4,5,6', '1,"unclosed,3\n4,5,6\n']:
@@ -311,7 +310,7 @@ def test_pieces_cover_every_row_once(tmp_path, monkeypatch, piece_bytes):
             text = header + extra + rows
             path = tmp_path / "d.csv"
             path.write_bytes(text.encode())
-            pieces = data_module._pieces(path)
+            pieces = tables._pieces(path)
             start = len(header)
             for offset, size, lines in pieces:  # one after another, to the end
                 assert offset == start and size > 0
@@ -357,7 +356,7 @@ def test_arrow_alone_reads_text_columns_wherever_they_are(tmp_path, monkeypatch)
     def no_csv_module(*args):
         raise AssertionError("read by the csv module, not by Arrow")
 
-    monkeypatch.setattr(data_module, "_read_rows", no_csv_module)
+    monkeypatch.setattr(tables, "_read_rows", no_csv_module)
     path = write_csv(tmp_path / "d.csv", "target,note,a,city\n0,x,1.5,Oslo\n1,,2.5,Rome\n")
     features, _, names = read(path)
     assert names == ["a", "note", "city"]  # numbers first, then categories in file order
@@ -373,7 +372,7 @@ def test_a_file_too_large_for_memory_is_a_one_line_error(tmp_path, monkeypatch):
     def no_memory(*args, **kwargs):
         raise pa.ArrowMemoryError("malloc of size 1000000000000 failed")
 
-    monkeypatch.setattr(data_module.arrow_csv, "open_csv", no_memory)
+    monkeypatch.setattr(tables.arrow_csv, "open_csv", no_memory)
     with pytest.raises(DataError) as err:
         read(path)
     assert str(err.value) == f"{path} does not fit in memory; train on a sample of its rows"

@@ -19,7 +19,11 @@ import torch
 
 import conftest
 import task_cases
-from regression_warmup_accum import console, run_files, train
+from regression_warmup_accum import (
+    console,
+    run_files,
+    train,
+)
 from regression_warmup_accum.checkpoint import load_checkpoint
 from regression_warmup_accum.config import Config
 from regression_warmup_accum.data import (

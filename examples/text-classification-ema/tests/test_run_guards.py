@@ -19,7 +19,11 @@ import torch
 
 import conftest
 import task_cases
-from text_classification_ema import console, run_files, train
+from text_classification_ema import (
+    console,
+    run_files,
+    train,
+)
 from text_classification_ema.checkpoint import load_checkpoint
 from text_classification_ema.config import Config
 from text_classification_ema.data import (

@@ -13,12 +13,12 @@ from .checkpoint import content_digest
 from .distributed import ONE_PROCESS, Context, shard_training, shard_validation
 from .images import (
     BACKGROUND,
-    DataError,
     decode_all,
     labelled_images,
     load_image_folder,
     unlabelled_images,
 )
+from .inputs import DataError
 from .interface import UnknownLabel
 from .seed import ResumableOrder
 from .streaming import ImageFiles, loader, sample_stats

@@ -13,15 +13,13 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from .inputs import DataError
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 CACHE_VERSION = 1  # bump when decoding changes, so old caches are not reused
 # Transparent pixels are shown over white, as an image viewer shows them: a black glyph on a
 # transparent background stays a black glyph on white instead of vanishing into black.
 BACKGROUND = 255
-
-
-class DataError(ValueError):
-    """Data that cannot be read or used, with the file and place named."""
 
 
 @dataclass

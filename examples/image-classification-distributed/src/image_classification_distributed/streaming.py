@@ -8,7 +8,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .augment import channel_stats
-from .images import DataError, decode_image
+from .images import decode_image
+from .inputs import DataError
 
 
 class ImageFiles(Dataset):

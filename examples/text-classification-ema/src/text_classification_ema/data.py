@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import content_digest
+from .inputs import DataError
 from .interface import UnknownLabel
 from .seed import ResumableOrder
 from .synthetic import CLASSES, make_documents
@@ -27,10 +28,6 @@ __all__ = [
     "Split",
     "load_data",
 ]
-
-
-class DataError(ValueError):
-    """Data that cannot be read or used, with the file and place named."""
 
 
 # The data settings that train.py also takes as flags: name -> (metavar, help).

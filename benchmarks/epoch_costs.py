@@ -173,7 +173,7 @@ def epoch_costs(project: Project, cfg, tmp: Path, times: int) -> dict[str, float
         f"evaluate in training-sized batches ({cfg.batch_size})": lambda: p.engine.evaluate(
             model, small_batches, data.task
         ),
-        "write_metrics (metrics.csv, not fsync'd)": lambda: p.train.write_metrics(
+        "write_metrics (metrics.csv, not fsync'd)": lambda: p.run_files.write_metrics(
             folder / "metrics.csv", state["history"]
         ),
         "save_checkpoint last.pt (fsync'd)": save(True),
@@ -181,7 +181,7 @@ def epoch_costs(project: Project, cfg, tmp: Path, times: int) -> dict[str, float
         "best.pt: a second save_checkpoint": lambda: ck.save_checkpoint(state, best),
         "best.pt: link_checkpoint to last.pt": lambda: ck.link_checkpoint(last, best),
         "copy of an epoch kept in memory, not written": lambda: {
-            key: ck.copy_to_cpu(state[key]) for key in p.train.LIVE_STATE if key in state
+            key: ck.copy_to_cpu(state[key]) for key in p.run_files.LIVE_STATE if key in state
         },
     }
     save(True)()

@@ -83,6 +83,7 @@ class Project:
         self.engine = importlib.import_module(f"{package}.engine")
         self.model = importlib.import_module(f"{package}.model")
         self.train = importlib.import_module(f"{package}.train")
+        self.run_files = importlib.import_module(f"{package}.run_files")
 
 
 def make_config(project: Project, size: Size, tmp: Path):

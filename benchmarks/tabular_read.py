@@ -138,7 +138,7 @@ def child(reader: str, path: str, src: str, package: str) -> None:
     import pyarrow.csv
     import torch
 
-    data = importlib.import_module(f"{package}.data")
+    tables = importlib.import_module(f"{package}.tables")  # the CSV and Parquet reader
     task = importlib.import_module(f"{package}.task")
     storage = importlib.import_module(f"{package}.storage").Storage(0, Path(path).parent)
     # The peak so far may be a passing one of the imports: reset it to the RSS now (Linux).
@@ -154,8 +154,8 @@ def child(reader: str, path: str, src: str, package: str) -> None:
         table = pyarrow.csv.read_csv(path)
         features, targets = torch.empty(table.num_rows, FEATURES), range(table.num_rows)
     else:
-        matrix = storage.matrix if reader == "disk" else data.in_memory
-        table = data.read_table(path, "target", matrix=matrix)
+        matrix = storage.matrix if reader == "disk" else tables.in_memory
+        table = tables.read_table(path, "target", matrix=matrix)
         features, targets = table.features, table.targets
     seconds = time.perf_counter() - start
     anonymous_peak = anonymous.stop() - anonymous_before

@@ -7,8 +7,8 @@ $VAL_OFFSETS=fall (or rise) adds a different offset to each rank's validation lo
 one rank and rising on the other, so a decision made on one rank's own loss would differ
 between the ranks.
 $CTRL_C_IN_EPOCH=N raises KeyboardInterrupt on every rank in epoch N, $CRASH_IN_EPOCH=N an
-error on rank 1 alone. $SIGTERM_AT_STEP=N sends SIGTERM to rank 1 alone after its Nth
-optimizer step. $M2_PROBE=N only runs
+error on rank 1 alone. $SIGNAL_AT_STEP=NAME:N sends signal NAME (SIGTERM, SIGHUP) to rank 1
+alone after its Nth optimizer step. $M2_PROBE=N only runs
 one backward pass on this rank's part of the first N samples and saves the gradient.
 """
 
@@ -124,16 +124,17 @@ if os.environ.get("M2_PROBE"):
     stop(ok=True)
     sys.exit(0)
 
-if os.environ.get("SIGTERM_AT_STEP"):
+if os.environ.get("SIGNAL_AT_STEP"):
     # As a scheduler that signals one process: every rank must save and stop together (C5).
-    term_at, steps = int(os.environ["SIGTERM_AT_STEP"]), []
+    name, term_at = os.environ["SIGNAL_AT_STEP"].split(":")
+    term_at, steps = int(term_at), []
     real_train_one_epoch = train.train_one_epoch
 
     def signalled(*args, after_step, **kwargs):
         def after(progress):
             steps.append(progress.steps)
             if len(steps) == term_at and RANK == 1:
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), getattr(signal, name))
             after_step(progress)
 
         return real_train_one_epoch(*args, after_step=after, **kwargs)

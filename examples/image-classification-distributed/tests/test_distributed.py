@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -35,15 +36,24 @@ WEIGHT_TOLERANCE, METRIC_TOLERANCE = task_cases.TWO_PROCESS_TOLERANCES
 
 
 def launch(
-    tmp: Path, nproc: int, *args: str, env: dict | None = None, expect: int = 0, rule: str = "M8"
+    tmp: Path, nproc: int, *args: str, env: dict | None = None, rule: str = "M8"
 ) -> list[dict]:
-    """Run training under `torchrun --standalone` (no fixed port: safe in parallel runs)."""
+    """Run tests/ddp_worker.py under torchrun, which must succeed; each rank's record."""
     record = tmp / f"record-{nproc}-{len(list(tmp.glob('record-*')))}"
     record.mkdir()
+    launch_exits(0, nproc, *args, env={"RECORD": str(record), **(env or {})}, rule=rule)
+    return [torch.load(record / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
+
+
+def launch_exits(
+    expect: int, nproc: int, *args: str, env: dict | None = None, rule: str = "M8"
+) -> str:
+    """Run tests/ddp_worker.py under `torchrun --standalone` (no fixed port: safe in parallel
+    runs), which must exit `expect`; what the ranks printed to stderr."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += [f"--nproc_per_node={nproc}", str(HERE / "ddp_worker.py"), *args]
     path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "RECORD": str(record), **(env or {})}
+    env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     # A failed launch names the rule the test checks (a rank that waits in vain fails here),
     # then the end of the ranks' output, without source lines and their rule comments.
@@ -51,9 +61,7 @@ def launch(
     assert done.returncode == expect, f"{rule}: torchrun exited {done.returncode}: " + "\n".join(
         lines[-15:]
     )
-    if expect:
-        return []
-    return [torch.load(record / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
+    return done.stderr
 
 
 def no_prefix(path: Path) -> None:
@@ -210,7 +218,7 @@ def test_two_processes_end_where_one_process_ends(two_ranks, tmp_path):
 def test_a_two_process_checkpoint_resumes_in_one_and_in_two(two_ranks, tmp_path):
     # M8: Ctrl-C in epoch 3 stops both ranks (exit 130) with epoch 2 saved.
     run = ["--epochs", str(EPOCHS), "--out", str(tmp_path / "run")]
-    launch(tmp_path, 2, *SETTINGS, *run, env={"CTRL_C_IN_EPOCH": "3"}, expect=1)
+    launch_exits(1, 2, *SETTINGS, *run, env={"CTRL_C_IN_EPOCH": "3"})
     last = tmp_path / "run" / "last.pt"
     assert torch.load(last, weights_only=False)["epoch"] == 2
     stopped = last.with_name("stopped.pt")
@@ -232,14 +240,18 @@ def test_a_two_process_checkpoint_resumes_in_one_and_in_two(two_ranks, tmp_path)
 
 
 @pytest.mark.probe
-def test_sigterm_to_one_rank_inside_an_epoch_stops_both_and_resumes_to_the_same_bits(
+def test_a_signal_to_one_rank_inside_an_epoch_stops_both_and_resumes_to_the_same_bits(
     two_ranks, tmp_path
 ):
-    # C5, M8: rank 1 alone is signalled after its 3rd step. The ranks act on it together at
-    # their next agreement: step 10 of the run, or the end of an epoch's steps if sooner
-    # (before its validation); they save that step, and both stop.
+    # C5, M8: rank 1 alone gets SIGHUP after its 3rd step (SIGTERM acts the same). The ranks
+    # act on it together at their next agreement: step 10 of the run, or the end of an epoch's
+    # steps if sooner (before its validation); they save that step, and both stop on SIGHUP,
+    # which rank 0 names though it came to rank 1.
     run = ["--epochs", str(EPOCHS), "--out", str(tmp_path / "run")]
-    launch(tmp_path, 2, *SETTINGS, *run, env={"SIGTERM_AT_STEP": "3"}, expect=1, rule="C5/M8")
+    signal_at = {"SIGNAL_AT_STEP": "SIGHUP:3"}
+    stderr = launch_exits(1, 2, *SETTINGS, *run, env=signal_at, rule="C5/M8")
+    ours = [line for line in stderr.splitlines() if line.startswith(("stopped", "interrupted"))]
+    assert len(ours) == 1 and ours[0].startswith("stopped by SIGHUP at epoch "), stderr
     last = tmp_path / "run" / "last.pt"
     saved = torch.load(last, weights_only=False)
     per_epoch = two_ranks["records"][0]["steps_per_epoch"]
@@ -266,7 +278,7 @@ def test_M8_a_rank_that_fails_stops_the_others(tmp_path):
     # epochs since the last write).
     run = [*SETTINGS, *EVERY_EPOCH, "--epochs", str(EPOCHS), "--out", str(tmp_path / "run")]
     started = time.perf_counter()
-    launch(tmp_path, 2, *run, env={"CRASH_IN_EPOCH": "2"}, expect=1)
+    launch_exits(1, 2, *run, env={"CRASH_IN_EPOCH": "2"})
     seconds = time.perf_counter() - started
     # A hang lasts until the launch's 300 s timeout; a stop takes the start-up of two
     # processes (seconds, several times longer on a loaded machine) plus at most dist_timeout.
@@ -377,14 +389,29 @@ def children(pid: int) -> list[int]:
 
 
 @pytest.mark.probe
-def test_ranks_stop_and_save_when_torchrun_is_killed(tmp_path):
+@pytest.mark.parametrize("first", [0, 1])
+def test_ranks_stop_and_save_when_torchrun_is_killed(tmp_path, first):
     # torchrun starts each rank in a session of its own: SIGKILL to torchrun's process group
     # does not reach them. Each rank sees its parent gone and stops as on SIGHUP, saving the
     # kept epochs; rank 0 alone says why. The pipes close only when both ranks have exited.
+    # Rank `first` looks 30 times as often as the other, so it is the one that sees it: rank
+    # 0 must say the same when it stops on rank 1's word before its own look.
     out = tmp_path / "run"
     settings = [*SETTINGS, "--epochs", "100000", "--out", str(out)]
     settings += ["--set", "patience=100000"]
     command, env = torchrun(2, *settings)
+    entry = tmp_path / "watching.py"
+    entry.write_text(
+        textwrap.dedent(f"""\
+            import sys
+            from {train.__package__} import distributed, train
+            watch = distributed.watch_launcher
+            distributed.watch_launcher = lambda ctx: watch(ctx, 0.1 if ctx.rank == {first} else 3)
+            sys.exit(train.main(sys.argv[1:]))
+            """)
+    )
+    at = command.index("-m", 2)  # after `python -m torch.distributed.run`: the train module
+    command[at : at + 2] = [str(entry)]
     process = subprocess.Popen(
         command,
         env=env,

@@ -85,18 +85,33 @@ def watch_launcher(ctx: Context, every_s: float = 1.0) -> None:
     a closed terminal does (the kept epochs are saved, exit 129). Polling the parent costs
     nothing measurable; Linux's PR_SET_PDEATHSIG would also fire when the agent's thread
     that started the rank ends, which is not the agent's end.
+
+    Rank 0 says that torchrun is gone just before its stop line (`launcher_gone`): the ranks
+    stop on whichever of them sees it first, so its own watch may not have fired yet. On
+    another machine, where rank 0's torchrun may be alive, that machine's first rank says it.
     """
-    launcher = os.getppid()
+    launcher = LAUNCHER["pid"] = os.getppid()
 
     def watch() -> None:
         while os.getppid() == launcher:
             time.sleep(every_s)
-        if ctx.is_main:
-            print(f"error: torchrun (pid {launcher}) is gone; stopping", file=sys.stderr)
+        if ctx.local_rank == 0 and not ctx.is_main:
+            print(f"error: {launcher_gone()}; stopping", file=sys.stderr)
             sys.stderr.flush()
         os.kill(os.getpid(), getattr(signal, "SIGHUP", signal.SIGTERM))
 
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+LAUNCHER: dict[str, int | None] = {"pid": None}  # the torchrun that watch_launcher watches
+
+
+def launcher_gone() -> str | None:
+    """"torchrun (pid N) is gone" once the watched launcher has exited, else None."""
+    launcher = LAUNCHER["pid"]
+    if launcher is None or os.getppid() == launcher:
+        return None
+    return f"torchrun (pid {launcher}) is gone"
 
 
 def stop(ok: bool) -> None:
@@ -217,6 +232,20 @@ def sum_over_ranks(values: torch.Tensor) -> torch.Tensor:
     if in_group():
         values = values.clone()
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def max_over_ranks(values: torch.Tensor) -> torch.Tensor:
+    """The element-wise maximum of `values` over all ranks (itself in one process).
+
+    How the ranks agree to stop (C5, M8): on the highest signal number any rank received, so
+    every rank stops on the same signal and rank 0 names one that came, even when it came to
+    another rank only (a scheduler that signals one process, a rank that saw torchrun gone
+    first).
+    """
+    if in_group():
+        values = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return values
 
 

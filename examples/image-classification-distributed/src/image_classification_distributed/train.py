@@ -3,7 +3,6 @@
 import argparse
 import dataclasses
 import math
-import signal
 import sys
 import time
 import uuid
@@ -30,6 +29,8 @@ from .distributed import (
     barrier,
     gather,
     launched_rank,
+    launcher_gone,
+    max_over_ranks,
     seed_rank,
     share_outcome,
     start,
@@ -275,8 +276,11 @@ def fit(
             if step % AGREE_EVERY and not trained:
                 return
             due = ctx.is_main and not trained and files.due(step, inside=True)
-            asked = [due, STOP.signum is not None]
-            due, stopping = sum_over_ranks(torch.tensor(asked, device=device).double()).tolist()
+            asked = torch.tensor([due, STOP.signum or 0], device=device).double()
+            due, signum = max_over_ranks(asked).tolist()
+            if signum:
+                STOP.signum = int(signum)  # every rank stops on it, and rank 0 names it
+            stopping = STOP.signum is not None
             if not (due or stopping):
                 return
             # Weights that a bad step broke are never saved; the loop stops on them itself.
@@ -301,7 +305,7 @@ def fit(
                 files.write_inside(state, f"step {progress.steps} of {steps_per_epoch}")
         if stopping:
             STOP.raised = True  # another signal while the run stops is ignored
-            raise Stopped(STOP.signum or signal.SIGTERM)
+            raise Stopped(STOP.signum)
 
     epoch, bar = start_epoch, None
     # C5: from here a SIGTERM or SIGHUP waits for the end of an optimizer step or of an epoch,
@@ -371,10 +375,10 @@ def fit(
                 break
             # A SIGTERM during validation or the epoch's writes: acted on here, by every rank
             # together (M8), with the epoch written by the flush below.
-            asked = torch.tensor([STOP.signum is not None], device=device).double()
-            if epoch < cfg.epochs and sum_over_ranks(asked).item():
+            asked = torch.tensor([STOP.signum or 0], device=device).double()
+            if epoch < cfg.epochs and (signum := int(max_over_ranks(asked).item())):
                 STOP.raised = True
-                raise Stopped(STOP.signum or signal.SIGTERM)
+                raise Stopped(signum)
     except (KeyboardInterrupt, RuntimeError, BrokenPipeError) as err:
         # Ctrl-C, SIGTERM or SIGHUP (Stopped), or stdout's reader gone: a stop, not a failure.
         if not caused_by_ctrl_c(err) and not isinstance(err, BrokenPipeError):
@@ -486,8 +490,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def tells_how_it_stopped() -> bool:
     """Rank 0 alone says how a stopped run ended (M5): the other ranks, which write nothing,
-    could only repeat its line or contradict it."""
-    return launched_rank() == 0
+    could only repeat its line or contradict it. When torchrun is gone, it says so first."""
+    if launched_rank() != 0:
+        return False
+    if gone := launcher_gone():
+        print(f"error: {gone}; stopping", file=sys.stderr)
+    return True
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -3,7 +3,6 @@
 import argparse
 import dataclasses
 import math
-import signal
 import sys
 import time
 import uuid
@@ -221,7 +220,7 @@ def fit(
             files.write_inside(state, f"step {progress.steps} of {steps_per_epoch}")
         if stopping:
             STOP.raised = True  # another signal while the run stops is ignored
-            raise Stopped(STOP.signum or signal.SIGTERM)
+            raise Stopped(STOP.signum)
 
     epoch, bar = start_epoch, None
     # C5: from here a SIGTERM or SIGHUP waits for the end of an optimizer step or of an epoch,

@@ -390,8 +390,9 @@ EQUIVALENTS = [
                _accumulating),
     # torch.compile's rewrites are also run through tests/test_compile.py, which compiles.
     Equivalent("the compiled module's inner model saved (_orig_mod)", "train.py",
-               (Edit("replace", '"model": model.state_dict(),',
-                     '"model": getattr(compiled, "_orig_mod", compiled).state_dict(),'),),
+               (Edit("replace", "    training = TrainingState(\n        model=model,",
+                     "    training = TrainingState(\n"
+                     '        model=getattr(compiled, "_orig_mod", compiled),'),),
                lambda o: o.compile, ("tests/test_compile.py",)),
     Equivalent("compiled with dynamic shapes from the first batch", "compiling.py",
                (Edit("replace", "DYNAMIC = None", "DYNAMIC = True"),),

@@ -205,8 +205,8 @@ def _warmup_mutants() -> list:
                     ),
                     Edit(
                         "replace",
-                        "            improved = val[",
-                        f"            {name}.step()\n            improved = val[",
+                        "            improved = training.judge(",
+                        f"            {name}.step()\n            improved = training.judge(",
                     ),
                 ),
                 on,
@@ -214,14 +214,16 @@ def _warmup_mutants() -> list:
             Mutant(
                 "R7",
                 f"warm-up ({scheduler}) restarted on resume",
-                "train.py",
-                (Edit("delete", f'{name}.load_state_dict(checkpoint["{name}"])'),),
+                "state.py",
+                (Edit("delete", f'self.{name}.load_state_dict(checkpoint["{name}"])'),),
                 on,
             ),
         ]
     return mutants
 
 
+# train.py hands the checkpoints the plain module (C4, M5): a wrapper's state has prefixed keys.
+_STATE_OF_MODEL = "    training = TrainingState(\n        model=model,"
 _WINDOW_LOSS = "loss = task.loss(outputs, targets) * (len(targets) / samples)"
 # The accumulating loop's scaler step, once per window.
 _WINDOW_SCALER_STEP = (
@@ -337,7 +339,7 @@ MUTANTS = [
            (Edit("replace", 'stats["loss"] = loss.detach() * n', 'stats["loss"] = loss.detach()'),
             Edit("replace", "self.count += n", "self.count += 1"))),
     Mutant("R13", "last weights kept instead of the best", "train.py",
-           (Edit("delete", ".load_state_dict(best_weights)"),),
+           (Edit("delete", ".load_state_dict(training.best_weights)"),),
            lambda o: o.early_stopping),
     # Gradient accumulation (grad_accum > 1), caught by the R14 tests of tests/test_contract.py
     # (and of tests/test_distributed.py for DDP's exchange).
@@ -420,13 +422,13 @@ MUTANTS = [
     Mutant("E2", "predict loads the trained weights, not their average", "predict.py",
            (Edit("replace", 'self.model.load_state_dict(checkpoint["ema"]["weights"])',
                  'self.model.load_state_dict(checkpoint["model"])'),), _ema),
-    Mutant("E3", "EMA state missing from the checkpoint", "train.py",
-           (Edit("delete", '"ema": ema.state_dict(),'),
-            Edit("delete", 'ema.load_state_dict(checkpoint["ema"])')),
+    Mutant("E3", "EMA state missing from the checkpoint", "state.py",
+           (Edit("delete", '"ema": self.ema.state_dict(),'),
+            Edit("delete", 'self.ema.load_state_dict(checkpoint["ema"])')),
            lambda o: o.ema and not o.early_stopping),
-    Mutant("E3", "EMA state missing from the checkpoint", "train.py",
-           (Edit("delete", '"ema": ema.state_dict(),'),
-            Edit("delete", 'ema.load_state_dict(checkpoint["ema"])'),
+    Mutant("E3", "EMA state missing from the checkpoint", "state.py",
+           (Edit("delete", '"ema": self.ema.state_dict(),'),
+            Edit("delete", 'self.ema.load_state_dict(checkpoint["ema"])'),
             Edit("replace", 'best["ema"]["weights"] if best', 'best["model"] if best')),
            lambda o: o.ema and o.early_stopping),
     # Mid-epoch checkpoints (C5), caught by tests/test_midepoch.py.
@@ -448,11 +450,11 @@ MUTANTS = [
            _c5, _MIDEPOCH_TESTS),
     # torch.compile (--compile), caught by tests/test_compile.py.
     Mutant("C4", "the compiled module's state saved (_orig_mod. keys)", "train.py",
-           (Edit("replace", '"model": model.state_dict(),', '"model": compiled.state_dict(),'),),
+           (Edit("replace", _STATE_OF_MODEL, _STATE_OF_MODEL.replace("model,", "compiled,")),),
            _compile, _COMPILE_TESTS),
-    Mutant("C4", "a checkpoint loaded into the compiled module with strict=False", "train.py",
-           (Edit("replace", 'model.load_state_dict(checkpoint["model"])',
-                 'compiled.load_state_dict(checkpoint["model"], strict=False)'),),
+    Mutant("C4", "a checkpoint loaded into the compiled module with strict=False", "state.py",
+           (Edit("replace", 'self.model.load_state_dict(checkpoint["model"])',
+                 'torch.compile(self.model).load_state_dict(checkpoint["model"], strict=False)'),),
            _compile, _COMPILE_TESTS),
     Mutant("K1", "a second model compiled, not the one the optimizer steps", "train.py",
            (Edit("replace", _COMPILED, _COMPILED.replace(
@@ -531,7 +533,7 @@ MUTANTS = [
            (Edit("replace", "if ctx.is_main:  # M5: rank 0 alone writes;",
                  "if True:  # M5: rank 0 alone writes;"),), _ddp, _LAUNCH_TESTS),
     Mutant("M5", "the DDP wrapper's state saved (module. prefix)", "train.py",
-           (Edit("replace", '"model": model.state_dict(),', '"model": trainer.state_dict(),'),),
+           (Edit("replace", _STATE_OF_MODEL, _STATE_OF_MODEL.replace("model,", "trainer,")),),
            _ddp, _LAUNCH_TESTS),
     Mutant("M5", "no barrier before the checkpoints are read", "train.py",
            (Edit("delete", "    barrier()"),), _ddp, _LAUNCH_TESTS),
@@ -787,13 +789,18 @@ def table(outcomes: list[Outcome]) -> str:
     ]
     order = [f"{m.rule} | {m.bug}" for m in MUTANTS]
     for key, row in sorted(cells.items(), key=lambda item: order.index(item[0])):
-        mutant = MUTANTS[order.index(key)]
+        # A row is every mutant of that rule and bug (one per kind of combination it fits).
+        alike = [m for m in MUTANTS if f"{m.rule} | {m.bug}" == key]
         lines.append(
-            f"| {key} | "
-            + " | ".join(row.get(c, absent_cell(c, mutant.applies, mutant.file)) for c in combos)
-            + " |"
+            f"| {key} | " + " | ".join(row.get(c) or _absent(c, alike) for c in combos) + " |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _absent(combo: str, alike: list["Mutant"]) -> str:
+    """The cell of a row's combination on which none of its mutants ran."""
+    cells = {absent_cell(combo, m.applies, m.file) for m in alike}
+    return AS_WITHOUT_COMPILE if AS_WITHOUT_COMPILE in cells else "n/a"
 
 
 def absent_cell(combo: str, applies: Callable[[Options], bool], module: str) -> str:

@@ -258,7 +258,7 @@ def test_render_with_the_longest_allowed_name_is_lint_clean(tmp_path, options):
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
-# Imports every module of the package, prints what train.py records, then lets pytest
+# Imports every module of the package, prints the options resume.py records, then lets pytest
 # collect the project's tests in the same interpreter (torch is imported once): about 3 s.
 IMPORT_ALL = """
 import importlib, json, pkgutil, sys
@@ -267,8 +267,8 @@ package = importlib.import_module(sys.argv[1])
 names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
 for name in names:
     importlib.import_module(f"{sys.argv[1]}.{name}")
-train = importlib.import_module(f"{sys.argv[1]}.train")
-print(json.dumps({"modules": names, "project": train.PROJECT}), flush=True)
+resume = importlib.import_module(f"{sys.argv[1]}.resume")
+print(json.dumps({"modules": names, "project": resume.PROJECT}), flush=True)
 every = ["-m", "probe or not probe"]  # both of the project's tiers
 sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *every]))
 """
@@ -349,7 +349,9 @@ def test_tasks_differ_only_in_their_own_files(render_combo, base):
         assert own_a != own_b, f"{a} and {b} render the same task.py"
 
 
-TRAINING_MODULES = ("train", "console", "device", "optim", "resume", "run_files", "stopping")
+# train.py and the modules it is built from.
+TRAINING_MODULES = ("train", "console", "device", "optim", "resume", "state", "midepoch")
+TRAINING_MODULES += ("run_files", "stopping")
 
 
 @pytest.mark.tiered

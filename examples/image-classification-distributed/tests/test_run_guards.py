@@ -36,6 +36,7 @@ from image_classification_distributed.engine import (
     train_one_epoch,
 )
 from image_classification_distributed.model import build_model
+from image_classification_distributed.resume import PROJECT
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # Probes, all (`pytest -m probe`): bad settings, exit codes, divergence, Ctrl-C, full
@@ -391,7 +392,7 @@ def edited(capsys, tmp_path: Path, edit) -> Path:
 
 def other_options(checkpoint: dict) -> None:
     checkpoint["project"]["scheduler"] = {"cosine": "plateau", "plateau": "cosine"}["cosine"]
-    checkpoint["project"]["amp"] = not train.PROJECT["amp"]
+    checkpoint["project"]["amp"] = not PROJECT["amp"]
 
 
 def narrower_first_layer(checkpoint: dict) -> None:
@@ -450,9 +451,9 @@ def test_a_checkpoint_this_project_cannot_resume_is_refused(tmp_path, capsys, ed
     expected = message.format(
         path=path,
         other=other,
-        not_amp=not train.PROJECT["amp"],
-        amp=train.PROJECT["amp"],
-        package=train.PROJECT["package"],
+        not_amp=not PROJECT["amp"],
+        amp=PROJECT["amp"],
+        package=PROJECT["package"],
         first=first,
         shape=shape,
         narrower=torch.Size([shape[0] - 1, *shape[1:]]),

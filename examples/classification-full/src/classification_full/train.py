@@ -5,12 +5,11 @@ import dataclasses
 import math
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import torch
 
-from . import TEMPLATE_VERSION, tracking
+from . import tracking
 from .checkpoint import CheckpointError, load_checkpoint, output_closed, remove_stale_temporaries
 from .compiling import compile_model, require_compiler
 from .config import Config, ConfigError, dump_config, load_config
@@ -25,20 +24,20 @@ from .console import (
 from .data import DATA_FLAGS, Batches, DataError, load_data
 from .device import autocast_dtype, resolve_device
 from .engine import EpochProgress, NonFiniteLoss, evaluate, train_one_epoch
+from .midepoch import StepSaver
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
 from .plot import PlotError, have_matplotlib, write_curves
 from .resume import (
-    PROJECT,
     apply_resume_settings,
     check_checkpoint,
     check_resume_settings,
     check_same_data,
-    load_best,
     relink_best,
 )
 from .run_files import RunWriter, prepare_out, remove_empty_folders
-from .seed import rng_state, seed_everything, set_rng_state
+from .seed import seed_everything
+from .state import TrainingState
 from .stopping import (
     STOP,
     Interrupted,
@@ -106,52 +105,28 @@ def fit(
     amp_dtype = autocast_dtype(cfg.amp_dtype, device)
     # R6: fp16 needs loss scaling to keep small gradients; bf16 has fp32's range and needs none.
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    # The parts of every checkpoint that training does not grow, for the size estimate.
-    fixed = {"config": dataclasses.asdict(cfg), "data": data.state_dict(), "rng": rng_state()}
-    fixed.update(batch_rng=train_batches.generator.get_state(), project=PROJECT)
-    print(describe_size(model, fixed), flush=True)
+    training = TrainingState(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        train_batches=train_batches,
+        steps_per_epoch=steps_per_epoch,
+        fixed={"config": dataclasses.asdict(cfg), "data": data.state_dict()},
+    )
+    print(describe_size(model, training.unchanging_parts()), flush=True)
 
-    # Each run has an id, saved in its checkpoints: a resumed run knows its own best.pt.
-    run_id, start_epoch, best_epoch, best_val_loss, history = uuid.uuid4().hex, 1, 0, math.inf, []
-    epochs_without_improvement = 0
-    best_weights = None  # the best epoch's weights, kept for the end of the run (R13)
     progress = None  # the epoch in progress, when a resume goes on inside one (C5)
-    if checkpoint is not None:  # S5: restore every state, not only the weights
+    if checkpoint is not None:
         check_same_data(checkpoint, data, checkpoint_path)
-        position = checkpoint.get("position")  # where a mid-epoch checkpoint stopped (C5)
-        try:
-            model.load_state_dict(checkpoint["model"])
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            scheduler.load_state_dict(checkpoint["scheduler"])
-            scaler.load_state_dict(checkpoint["scaler"])
-            epochs_without_improvement = checkpoint["epochs_without_improvement"]
-            best = load_best(checkpoint, checkpoint_path)
-            best_weights = best["model"] if best is not None else None
-            if position is None:
-                train_batches.generator.set_state(checkpoint["batch_rng"])
-            else:  # C5: the epoch's batch order again, going on after the batches it used
-                train_batches.resume_at(
-                    position["batches"], position["batch_rng"], checkpoint["batch_rng"]
-                )
-                progress = EpochProgress(position["progress"], device)
-                lr, epoch_rng = position["lr"], position["batch_rng"]
-            set_rng_state(checkpoint["rng"])
-        except (KeyError, RuntimeError, TypeError, ValueError) as err:
-            if isinstance(err, CheckpointError):
-                raise
-            # torch names the first mismatch on the second line of a multi-line message.
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-            detail = lines[min(1, len(lines) - 1)] if lines else repr(err)
-            raise CheckpointError(
-                f"checkpoint {checkpoint_path} does not fit this project's model or settings "
-                f"({detail}); give a last.pt written by this project's training"
-            ) from None
-        run_id, start_epoch = checkpoint["run_id"], checkpoint["epoch"] + 1
-        best_epoch, best_val_loss = checkpoint["best_epoch"], checkpoint["best_val_loss"]
-        history = list(checkpoint["history"])
+        position = training.load_state_dict(checkpoint, checkpoint_path)
+        if position is not None:  # C5: the epoch goes on with its losses, rate and batch order
+            progress = EpochProgress(position["progress"], device)
+            lr, epoch_rng = position["lr"], position["batch_rng"]
         print(apply_resume_settings(cfg, checkpoint, optimizer, scheduler), flush=True)
         relink_best(checkpoint, checkpoint_path, out)
 
+    start_epoch = training.epochs_done + 1
     show_bar = cfg.progress and sys.stderr.isatty()  # a bar only where someone watches it
     writer = None
     if summary_writer is not None:
@@ -160,10 +135,8 @@ def fit(
         writer = summary_writer(str(out / "tensorboard"), purge_step=start_epoch)
     # The MLflow run: the checkpoint's, continued, or a new one (nothing trains before it).
     tracker = tracking.start_run(store, cfg, checkpoint) if store is not None else None
-    # In every checkpoint, tracked or not: a later resume with tracking continues the MLflow run.
-    mlflow_run_id = tracker.run_id if tracker is not None else ""
-    if tracker is None and checkpoint is not None:
-        mlflow_run_id = checkpoint.get("mlflow_run_id", "")
+    if tracker is not None:  # in every checkpoint: a later resume with tracking continues it
+        training.mlflow_run_id = tracker.run_id
 
     # MLflow gets each epoch once last.pt holds it: a killed run leaves it behind, never ahead.
     log_epochs = tracker.log_epochs if tracker is not None else None
@@ -175,59 +148,7 @@ def fit(
         every_steps=cfg.checkpoint_every_steps,
         saved_step=(start_epoch - 1) * steps_per_epoch + (progress.steps if progress else 0),
     )
-    settings, data_state = dataclasses.asdict(cfg), data.state_dict()  # the same every epoch
-
-    def checkpoint_state(epoch_done: int, position: dict | None = None) -> dict:
-        """Everything a resume needs (S5), after `epoch_done` epochs and, with `position`, part
-        of the next one (C5)."""
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict(),
-            "epochs_without_improvement": epochs_without_improvement,
-            "epoch": epoch_done,
-            "global_step": epoch_done * steps_per_epoch + (position or {}).get("steps", 0),
-            "best_epoch": best_epoch,
-            "best_val_loss": best_val_loss,
-            "history": list(history),  # a copy: the next epochs append to `history`
-            "rng": rng_state(),
-            "batch_rng": train_batches.generator.get_state(),
-            "config": settings,
-            "data": data_state,
-            "run_id": run_id,
-            "mlflow_run_id": mlflow_run_id,
-            "project": PROJECT,
-            "template_version": TEMPLATE_VERSION,
-        }
-        if position is not None:
-            state["position"] = position
-        return state
-
-    def save_inside(progress: EpochProgress, trained: bool = False) -> None:
-        """C5: after an optimizer step, write a mid-epoch checkpoint when one is due or a
-        SIGTERM came, then stop if one came. `trained`: the epoch's steps are all done (only
-        a SIGTERM that came after its last step is left to act on)."""
-        step = (epoch - 1) * steps_per_epoch + progress.steps
-        due = not trained and files.due(step, inside=True)
-        stopping = STOP.signum is not None
-        if not (due or stopping):
-            return
-        # Weights that a bad step broke are never saved; the loop stops on them itself.
-        good = progress.finite() and not broken_weights(model)
-        if good:
-            position = {
-                "steps": progress.steps,
-                "batches": progress.batches,  # used by those steps
-                "batch_rng": epoch_rng,  # the batch order's generator when the epoch began
-                "lr": lr,  # the rate the epoch began with, for its metrics row
-                "progress": progress.state_dict(),  # the losses so far
-            }
-            state = checkpoint_state(epoch - 1, position)
-            files.write_inside(state, f"step {progress.steps} of {steps_per_epoch}")
-        if stopping:
-            STOP.raised = True  # another signal while the run stops is ignored
-            raise Stopped(STOP.signum)
+    save_inside = StepSaver(training, files)  # C5: after each optimizer step
 
     epoch, bar = start_epoch, None
     # C5: from here a SIGTERM or SIGHUP waits for the end of an optimizer step or of an epoch,
@@ -240,6 +161,7 @@ def fit(
                 progress = EpochProgress()
                 lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
                 epoch_rng = train_batches.generator.get_state()  # C5: its order, for a resume
+            save_inside.begin(epoch, lr, epoch_rng)
             if show_bar:
                 bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch, done=progress.steps)
             train = train_one_epoch(
@@ -270,26 +192,20 @@ def fit(
                 raise NonFiniteLoss("validation", val["loss"])
             scheduler.step(val["loss"])  # R8: once per epoch, with this epoch's validation loss
 
-            improved = val["loss"] < best_val_loss  # R13: judged on this epoch's validation loss
-            if improved:
-                best_epoch, best_val_loss = epoch, val["loss"]
-                epochs_without_improvement = 0
-            else:
-                epochs_without_improvement += 1
+            improved = training.judge(epoch, val["loss"])  # R13: on this epoch's validation loss
             row = {"epoch": epoch, "lr": lr, "train_loss": train["loss"], "val_loss": val["loss"]}
             row.update({f"val_{name}": val[name] for name in METRICS})
             row["skipped_steps"] = train["skipped_steps"]  # fp16 overflows the scaler skipped
-            history.append(row)
+            training.history.append(row)
             if writer is not None:
                 log_epoch(writer, row, steps_per_epoch if scaler.is_enabled() else 0)
 
-            state = checkpoint_state(epoch)
+            state = training.state_dict(epoch)
             # M4: decided on the loss summed over every rank, so every rank stops together.
-            stopping = epochs_without_improvement >= cfg.patience
+            stopping = training.epochs_without_improvement >= cfg.patience
             files.end_epoch(state, improved, final=epoch == cfg.epochs or stopping)
             if improved:
-                # A copy on the CPU: the end of the run never reads a best.pt (R13).
-                best_weights = {k: v.to("cpu", copy=True) for k, v in state["model"].items()}
+                training.keep_best()  # R13: kept in memory for the end of the run
             seconds = time.perf_counter() - started
             print(format_row(row, improved, seconds, cfg.epochs), flush=True)
             if stopping:
@@ -336,12 +252,12 @@ def fit(
             writer.close()
 
     # R13: finish with the best epoch's weights, not the last epoch's.
-    model.load_state_dict(best_weights)
+    model.load_state_dict(training.best_weights)
     return {
         "model": model,
-        "history": history,
-        "best_epoch": best_epoch,
-        "best_val_loss": best_val_loss,
+        "history": training.history,
+        "best_epoch": training.best_epoch,
+        "best_val_loss": training.best_val_loss,
         "data": data,
         "tracker": tracker,  # open: run() ends it once curves.png is drawn
     }

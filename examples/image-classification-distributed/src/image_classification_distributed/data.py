@@ -12,7 +12,6 @@ from .augment import channel_stats, crop_and_flip, normalize
 from .checkpoint import content_digest
 from .distributed import ONE_PROCESS, Context, shard_training, shard_validation
 from .images import (
-    BACKGROUND,
     decode_all,
     labelled_images,
     load_image_folder,
@@ -20,8 +19,9 @@ from .images import (
 )
 from .inputs import DataError
 from .interface import UnknownLabel
+from .preprocessing import checked_entries, describe_preprocessing
 from .seed import ResumableOrder
-from .streaming import ImageFiles, loader, sample_stats
+from .streaming import ImageFiles, Stream, plural, sample_stats
 from .synthetic import SHAPES, make_synthetic
 from .task import Task
 
@@ -190,10 +190,6 @@ def load_data(cfg) -> Data:
     )
 
 
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def _split(n: int, val_fraction: float, generator: torch.Generator):
     n_val = round(n * val_fraction)
     if n_val < 1 or n - n_val < 1:
@@ -232,26 +228,7 @@ class NewData:
     """
 
     def __init__(self, state: dict, cfg) -> None:
-        # A checkpoint's entries are checked before use (ValueError): an edited one is refused.
-        shape, mean, std = state["image_shape"], state["image_mean"], state["image_std"]
-        if not (
-            isinstance(shape, list | tuple)
-            and len(shape) == 3
-            and all(type(n) is int for n in shape)
-            and shape[0] in (1, 3)
-            and shape[1] == shape[2] >= 1
-        ):
-            raise ValueError(f"'image_shape' is {shape!r}, not [channels, size, size]")
-        for name, values in (("image_mean", mean), ("image_std", std)):
-            if not (
-                isinstance(values, torch.Tensor)
-                and values.is_floating_point()
-                and values.numel() == shape[0]
-                and bool(values.isfinite().all())
-            ):
-                raise ValueError(f"'{name}' is not {shape[0]} finite numbers, one per channel")
-        if not bool((std > 0).all()):
-            raise ValueError("'image_std' has a value that is not above 0")
+        shape, mean, std = checked_entries(state)  # an edited checkpoint is refused
         self.input_shape = tuple(shape)  # (channels, size, size)
         self.mean, self.std = mean, std
         self.workers = cfg.workers
@@ -283,32 +260,7 @@ class NewData:
     def serving(self) -> dict:
         """read()'s decoding and Batches' normalisation as JSON values, for a serving system to
         give the model the inputs validation gave it."""
-        channels, size, _ = self.input_shape
-        return {
-            "input": {
-                "name": "images",
-                "dtype": "float32",
-                "shape": ["batch", channels, size, size],  # (batch, channels, height, width)
-            },
-            "preprocessing": {
-                "channels": channels,
-                "mode": "L" if channels == 1 else "RGB",  # Pillow's: greyscale or colour
-                "image_size": size,
-                "decode": (
-                    "with Pillow: the EXIF rotation applied, 16-bit and floating-point greyscale "
-                    "scaled to 0..255, transparency laid over a background of 'background', "
-                    "then converted to 'mode'"
-                ),
-                "background": BACKGROUND,
-                "fit": (
-                    "the shorter side scaled to image_size (bilinear) and the centre cut out: "
-                    "PIL.ImageOps.fit(image, (image_size, image_size), BILINEAR)"
-                ),
-                "normalise": "(pixel / 255 - mean[channel]) / std[channel], pixels 0..255",
-                "mean": [float(value) for value in self.mean.tolist()],
-                "std": [float(value) for value in self.std.tolist()],
-            },
-        }
+        return describe_preprocessing(self.input_shape, self.mean, self.std)
 
     def example(self) -> torch.Tensor:
         """Two grey images, as the model receives them."""
@@ -341,8 +293,8 @@ class Batches(ResumableOrder):
         # batch becomes float there.
         self.images = None if split.images is None else split.images.to(self.device)
         self.targets = split.targets.to(self.device)
-        self.files, self.workers, self._loader = split.files, split.workers, None
-        self.reported_skips = False
+        files = split.files  # beyond the memory budget: DataLoader workers decode them
+        self.stream = None if files is None else Stream(files, split.workers, self.device)
         self.mean, self.std = split.mean, split.std
         self.crop_padding, self.flip = (split.crop_padding, split.flip) if shuffle else (0, False)
         self.batch_size = batch_size
@@ -380,27 +332,7 @@ class Batches(ResumableOrder):
                 index = index.to(self.device)
                 yield self.images[index], self.targets[index]
             return
-        if self._loader is None:  # workers start with the first epoch and stay
-            self._loader = loader(self.files, self, self.workers, self.device)
-        failed, skipped = None, 0
-        try:
-            for images, targets, unreadable in self._loader:
-                skipped += unreadable  # left out by skip_bad
-                if len(targets):  # empty when every file of the batch was unreadable
-                    yield (
-                        images.to(self.device, non_blocking=True),
-                        targets.to(self.device, non_blocking=True),
-                    )
-        except DataError as err:  # from a worker: its traceback, then the reason, last
-            failed = str(err).strip().splitlines()[-1].split("DataError: ")[-1]
-            self._loader = None
-        if skipped and not self.reported_skips:  # the same files each epoch: say it once
-            self.reported_skips = True
-            print(f"skipped {plural(skipped, 'unreadable image')} while streaming", file=sys.stderr)
-        if failed is not None:
-            # Raised outside the except block, so nothing keeps the loader and its worker
-            # processes alive: they stop now, not when the error is forgotten.
-            raise DataError(failed)
+        yield from self.stream.batches(self)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for images, targets in self._uint8_batches():

@@ -107,7 +107,7 @@ LAUNCHER: dict[str, int | None] = {"pid": None}  # the torchrun that watch_launc
 
 
 def launcher_gone() -> str | None:
-    """"torchrun (pid N) is gone" once the watched launcher has exited, else None."""
+    """Why this rank stops, once the launcher it watches has exited: else None."""
     launcher = LAUNCHER["pid"]
     if launcher is None or os.getppid() == launcher:
         return None

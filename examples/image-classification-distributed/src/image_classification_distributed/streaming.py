@@ -1,7 +1,9 @@
 """Images beyond the memory budget: decoded file by file in DataLoader worker processes."""
 
 import random
+import sys
 import weakref
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -106,3 +108,45 @@ def sample_stats(files: ImageFiles, generator: torch.Generator, most: int = 2000
         first = files.paths[index[0]]
         raise DataError(f"none of {len(index)} sampled training images is readable, e.g. {first}")
     return channel_stats(torch.stack(images))
+
+
+class Stream:
+    """Image files that DataLoader workers decode, batch by batch in the order a batcher draws.
+
+    The workers start with the first epoch and stay (I2). Files that skip_bad leaves out are
+    reported once (each epoch skips the same ones); a file that cannot be read stops the run
+    with the worker's reason.
+    """
+
+    def __init__(self, files: ImageFiles, workers: int, device) -> None:
+        self.files, self.workers, self.device = files, workers, torch.device(device or "cpu")
+        self._loader: DataLoader | None = None
+        self.reported_skips = False
+
+    def batches(self, order) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """uint8 images and their targets on the device, for one epoch of `order` (Batches)."""
+        if self._loader is None:  # workers start with the first epoch and stay
+            self._loader = loader(self.files, order, self.workers, self.device)
+        failed, skipped = None, 0
+        try:
+            for images, targets, unreadable in self._loader:
+                skipped += unreadable  # left out by skip_bad
+                if len(targets):  # empty when every file of the batch was unreadable
+                    yield (
+                        images.to(self.device, non_blocking=True),
+                        targets.to(self.device, non_blocking=True),
+                    )
+        except DataError as err:  # from a worker: its traceback, then the reason, last
+            failed = str(err).strip().splitlines()[-1].split("DataError: ")[-1]
+            self._loader = None
+        if skipped and not self.reported_skips:  # the same files each epoch: say it once
+            self.reported_skips = True
+            print(f"skipped {plural(skipped, 'unreadable image')} while streaming", file=sys.stderr)
+        if failed is not None:
+            # Raised outside the except block, so nothing keeps the loader and its worker
+            # processes alive: they stop now, not when the error is forgotten.
+            raise DataError(failed)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

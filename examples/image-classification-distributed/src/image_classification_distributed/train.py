@@ -5,13 +5,12 @@ import dataclasses
 import math
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import TEMPLATE_VERSION, tracking
+from . import tracking
 from .checkpoint import CheckpointError, load_checkpoint, output_closed, remove_stale_temporaries
 from .config import Config, ConfigError, dump_config, load_config
 from .console import (
@@ -27,7 +26,6 @@ from .device import resolve_device
 from .distributed import (
     average_by_samples,
     barrier,
-    gather,
     launched_rank,
     launcher_gone,
     max_over_ranks,
@@ -35,26 +33,25 @@ from .distributed import (
     share_outcome,
     start,
     stop,
-    sum_over_ranks,
     sync_buffers,
 )
 from .engine import EpochProgress, NonFiniteLoss, evaluate, train_one_epoch
+from .midepoch import StepSaver
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
 from .plot import PlotError, have_matplotlib, write_curves
 from .resume import (
-    PROJECT,
     apply_resume_settings,
     check_checkpoint,
     check_global_batch,
     check_processes,
     check_resume_settings,
     check_same_data,
-    load_best,
     relink_best,
 )
 from .run_files import RunWriter, prepare_out, remove_empty_folders
-from .seed import rng_state, seed_everything, set_rng_state
+from .seed import seed_everything
+from .state import TrainingState
 from .stopping import (
     STOP,
     Interrupted,
@@ -75,9 +72,6 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 # STOP_SIGNALS (SIGTERM, SIGHUP: checkpoint.py) stop a run as Ctrl-C does; each exits 128 + its
 # number, as shells report it: 143 and 129. stdout's reader gone (`train ... | head`) stops it
 # too, with 141 (SIGPIPE).
-# Under torchrun the ranks agree every this many optimizer steps whether to write a mid-epoch
-# checkpoint or stop (C5, M8): one small all-reduce per 10 steps instead of one per step.
-AGREE_EVERY = 10
 
 
 def fit(
@@ -152,63 +146,30 @@ def fit(
     optimizer = build_optimizer(model, cfg)
     steps_per_epoch = len(train_batches)  # one optimizer step per batch
     scheduler = build_scheduler(optimizer, cfg)
-    # The parts of every checkpoint that training does not grow, for the size estimate.
-    fixed = {"config": dataclasses.asdict(cfg), "data": data.state_dict(), "rng": rng_state()}
-    fixed.update(batch_rng=train_batches.generator.get_state(), project=PROJECT)
+    training = TrainingState(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        train_batches=train_batches,
+        steps_per_epoch=steps_per_epoch,
+        fixed={"config": dataclasses.asdict(cfg), "data": data.state_dict()},
+    )
     if ctx.is_main:  # M5: one copy of the progress lines
-        fixed["rank_rng"] = [rng_state() for _ in range(ctx.world_size)]  # M6: every rank's
-        print(describe_size(model, fixed), flush=True)
+        print(describe_size(model, training.unchanging_parts(ctx.world_size)), flush=True)
 
-    # Each run has an id, saved in its checkpoints: a resumed run knows its own best.pt.
-    run_id, start_epoch, best_epoch, best_val_loss, history = uuid.uuid4().hex, 1, 0, math.inf, []
-    epochs_without_improvement = 0
-    best_weights = None  # the best epoch's weights, kept for the end of the run (R13)
     progress = None  # the epoch in progress, when a resume goes on inside one (C5)
-    if checkpoint is not None:  # S5: restore every state, not only the weights
+    if checkpoint is not None:
         check_same_data(checkpoint, data, checkpoint_path)
-        position = checkpoint.get("position")  # where a mid-epoch checkpoint stopped (C5)
-        try:
-            model.load_state_dict(checkpoint["model"])
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            scheduler.load_state_dict(checkpoint["scheduler"])
-            epochs_without_improvement = checkpoint["epochs_without_improvement"]
-            best = load_best(checkpoint, checkpoint_path)
-            best_weights = best["model"] if best is not None else None
-            if position is None:
-                train_batches.generator.set_state(checkpoint["batch_rng"])
-            else:  # C5: the epoch's batch order again, going on after the batches it used
-                train_batches.resume_at(
-                    position["batches"], position["batch_rng"], checkpoint["batch_rng"]
-                )
-                progress = EpochProgress(position["progress"][ctx.rank], device)
-                lr, epoch_rng = position["lr"], position["batch_rng"]
-            states = checkpoint.get("rank_rng", [])
-            if len(states) == ctx.world_size:  # each rank continues its own streams exactly
-                set_rng_state(states[ctx.rank])
-            else:
-                # M6: another number of processes than the checkpoint's. The batch order goes
-                # on as before (one shared stream); rank 0 continues its streams, the others
-                # start new ones from the seed, their rank and the epoch.
-                set_rng_state(checkpoint["rng"])
-                seed_rank(cfg.seed, ctx.rank, checkpoint["epoch"])
-        except (KeyError, RuntimeError, TypeError, ValueError) as err:
-            if isinstance(err, CheckpointError):
-                raise
-            # torch names the first mismatch on the second line of a multi-line message.
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-            detail = lines[min(1, len(lines) - 1)] if lines else repr(err)
-            raise CheckpointError(
-                f"checkpoint {checkpoint_path} does not fit this project's model or settings "
-                f"({detail}); give a last.pt written by this project's training"
-            ) from None
-        run_id, start_epoch = checkpoint["run_id"], checkpoint["epoch"] + 1
-        best_epoch, best_val_loss = checkpoint["best_epoch"], checkpoint["best_val_loss"]
-        history = list(checkpoint["history"])
+        position = training.load_state_dict(checkpoint, checkpoint_path, ctx, cfg.seed)
+        if position is not None:  # C5: the epoch goes on with its losses, rate and batch order
+            progress = EpochProgress(position["progress"][ctx.rank], device)
+            lr, epoch_rng = position["lr"], position["batch_rng"]
         message = apply_resume_settings(cfg, checkpoint, optimizer, scheduler)
         if ctx.is_main:
             print(message, flush=True)
             relink_best(checkpoint, checkpoint_path, out)
 
+    start_epoch = training.epochs_done + 1
     # M5: rank 0 alone shows a progress bar and writes TensorBoard's events.
     show_bar = cfg.progress and ctx.is_main and sys.stderr.isatty()
     writer = None
@@ -220,10 +181,8 @@ def fit(
     tracker = None
     if cfg.tracking == "mlflow":
         tracker = share_outcome(ctx, lambda: tracking.start_run(store, cfg, checkpoint))
-    # In every checkpoint, tracked or not: a later resume with tracking continues the MLflow run.
-    mlflow_run_id = tracker.run_id if tracker is not None else ""
-    if tracker is None and checkpoint is not None:
-        mlflow_run_id = checkpoint.get("mlflow_run_id", "")
+    if tracker is not None:  # in every checkpoint: a later resume with tracking continues it
+        training.mlflow_run_id = tracker.run_id
 
     # M5: rank 0 alone hands it epochs; on the other ranks it never has anything to write.
     # MLflow gets each epoch once last.pt holds it: a killed run leaves it behind, never ahead.
@@ -236,76 +195,7 @@ def fit(
         every_steps=cfg.checkpoint_every_steps,
         saved_step=(start_epoch - 1) * steps_per_epoch + (progress.steps if progress else 0),
     )
-    settings, data_state = dataclasses.asdict(cfg), data.state_dict()  # the same every epoch
-
-    def checkpoint_state(epoch_done: int, position: dict | None = None) -> dict:
-        """Everything a resume needs (S5), after `epoch_done` epochs and, with `position`, part
-        of the next one (C5)."""
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "epochs_without_improvement": epochs_without_improvement,
-            "epoch": epoch_done,
-            "global_step": epoch_done * steps_per_epoch + (position or {}).get("steps", 0),
-            "best_epoch": best_epoch,
-            "best_val_loss": best_val_loss,
-            "history": list(history),  # a copy: the next epochs append to `history`
-            "rng": rng_state(),
-            "rank_rng": gather(rng_state()),  # M6: every rank's streams, for an exact resume
-            "batch_rng": train_batches.generator.get_state(),
-            "config": settings,
-            "data": data_state,
-            "run_id": run_id,
-            "mlflow_run_id": mlflow_run_id,
-            "project": PROJECT,
-            "template_version": TEMPLATE_VERSION,
-        }
-        if position is not None:
-            state["position"] = position
-        return state
-
-    def save_inside(progress: EpochProgress, trained: bool = False) -> None:
-        """C5: after an optimizer step, write a mid-epoch checkpoint when one is due or a
-        SIGTERM came, then stop if one came. `trained`: the epoch's steps are all done (only
-        a SIGTERM that came after its last step is left to act on)."""
-        step = (epoch - 1) * steps_per_epoch + progress.steps
-        if ctx.launched:
-            # M8: the ranks decide together (a write gathers from each), every AGREE_EVERY
-            # optimizer steps of the run: rank 0's clock and any rank's signal decide for all.
-            if step % AGREE_EVERY and not trained:
-                return
-            due = ctx.is_main and not trained and files.due(step, inside=True)
-            asked = torch.tensor([due, STOP.signum or 0], device=device).double()
-            due, signum = max_over_ranks(asked).tolist()
-            if signum:
-                STOP.signum = int(signum)  # every rank stops on it, and rank 0 names it
-            stopping = STOP.signum is not None
-            if not (due or stopping):
-                return
-            # Weights that a bad step broke are never saved; the loop stops on them itself.
-            bad = sum_over_ranks(torch.tensor([not progress.finite()], device=device).double())
-            good = not bad.item() and not broken_weights(model)
-        else:
-            due = not trained and files.due(step, inside=True)
-            stopping = STOP.signum is not None
-            if not (due or stopping):
-                return
-            good = progress.finite() and not broken_weights(model)
-        if good:
-            position = {
-                "steps": progress.steps,
-                "batches": progress.batches,  # used by those steps
-                "batch_rng": epoch_rng,  # the batch order's generator when the epoch began
-                "lr": lr,  # the rate the epoch began with, for its metrics row
-                "progress": gather(progress.state_dict()),  # each rank's losses so far
-            }
-            state = checkpoint_state(epoch - 1, position)
-            if ctx.is_main:  # M5: rank 0 alone writes
-                files.write_inside(state, f"step {progress.steps} of {steps_per_epoch}")
-        if stopping:
-            STOP.raised = True  # another signal while the run stops is ignored
-            raise Stopped(STOP.signum)
+    save_inside = StepSaver(training, files, ctx, device)  # C5: after each optimizer step
 
     epoch, bar = start_epoch, None
     # C5: from here a SIGTERM or SIGHUP waits for the end of an optimizer step or of an epoch,
@@ -318,6 +208,7 @@ def fit(
                 progress = EpochProgress()
                 lr = optimizer.param_groups[0]["lr"]  # the rate this epoch trains with
                 epoch_rng = train_batches.generator.get_state()  # C5: its order, for a resume
+            save_inside.begin(epoch, lr, epoch_rng)
             if show_bar:
                 bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch, done=progress.steps)
             train = train_one_epoch(
@@ -346,26 +237,20 @@ def fit(
                 raise NonFiniteLoss("validation", val["loss"])
             scheduler.step()  # R7: once per epoch, after this epoch's optimizer steps
 
-            improved = val["loss"] < best_val_loss  # R13: judged on this epoch's validation loss
-            if improved:
-                best_epoch, best_val_loss = epoch, val["loss"]
-                epochs_without_improvement = 0
-            else:
-                epochs_without_improvement += 1
+            improved = training.judge(epoch, val["loss"])  # R13: on this epoch's validation loss
             row = {"epoch": epoch, "lr": lr, "train_loss": train["loss"], "val_loss": val["loss"]}
             row.update({f"val_{name}": val[name] for name in METRICS})
-            history.append(row)
+            training.history.append(row)
             if writer is not None:
                 log_epoch(writer, row)
 
-            state = checkpoint_state(epoch)
+            state = training.state_dict(epoch)
             # M4: decided on the loss summed over every rank, so every rank stops together.
-            stopping = epochs_without_improvement >= cfg.patience
+            stopping = training.epochs_without_improvement >= cfg.patience
             if ctx.is_main:  # M5: rank 0 alone writes; every rank holds the same history
                 files.end_epoch(state, improved, final=epoch == cfg.epochs or stopping)
             if improved:
-                # A copy on the CPU: the end of the run never reads a best.pt (R13).
-                best_weights = {k: v.to("cpu", copy=True) for k, v in state["model"].items()}
+                training.keep_best()  # R13: kept in memory for the end of the run
             seconds = time.perf_counter() - started
             if ctx.is_main:
                 print(format_row(row, improved, seconds, cfg.epochs), flush=True)
@@ -418,14 +303,14 @@ def fit(
             writer.close()
 
     # R13: finish with the best epoch's weights, not the last epoch's.
-    model.load_state_dict(best_weights)
+    model.load_state_dict(training.best_weights)
     # M5: rank 0's files are whole before any rank returns and something reads them.
     barrier()
     return {
         "model": model,
-        "history": history,
-        "best_epoch": best_epoch,
-        "best_val_loss": best_val_loss,
+        "history": training.history,
+        "best_epoch": training.best_epoch,
+        "best_val_loss": training.best_val_loss,
         "data": data,
         "rank": ctx.rank,
         "tracker": tracker,  # open: run() ends it once curves.png is drawn

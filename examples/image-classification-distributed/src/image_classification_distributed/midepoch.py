@@ -50,8 +50,8 @@ class StepSaver:
             if not (due or stopping):
                 return
             # Weights that a bad step broke are never saved; the loop stops on them itself.
-            finite = torch.tensor([not progress.finite()], device=self.device).double()
-            good = not sum_over_ranks(finite).item() and not broken_weights(model)
+            bad = torch.tensor([not progress.finite()], device=self.device).double()
+            good = not sum_over_ranks(bad).item() and not broken_weights(model)
         else:
             due = not trained and self.files.due(step, inside=True)
             stopping = STOP.signum is not None

@@ -248,6 +248,10 @@ _SHARDING_TESTS = (
 _WEIGHT_TESTS = (
     "tests/test_distributed.py::test_M2_the_exchanged_gradient_is_the_whole_batch_gradient",
 )
+_AGREEMENT_TESTS = (
+    "tests/test_distributed.py::"
+    "test_a_signal_to_one_rank_inside_an_epoch_stops_both_and_resumes_to_the_same_bits[agreeing]",
+)
 _LAUNCH_TESTS = ("tests/test_distributed.py::test_two_processes_end_where_one_process_ends",)
 _TABULAR_OR_IMAGES = lambda o: o.distributed and o.task != "text-classification"  # noqa: E731
 # Without BatchNorm, where 2 processes must end where 1 does (the image CNN has BatchNorm).
@@ -448,6 +452,12 @@ MUTANTS = [
     Mutant("C5", "SIGTERM stops at once instead of after saving its step", "train.py",
            (Edit("replace", "STOP.deferring = True", "STOP.deferring = False"),),
            _c5, _MIDEPOCH_TESTS),
+    # The agreement's code is the same in every torchrun render: one shows that the test sees it.
+    Mutant("M8", "a rank stops on a signal that came while the ranks agreed", "midepoch.py",
+           (Edit("replace", "stopping = bool(signum)",
+                 "stopping = bool(signum) or STOP.signum is not None"),
+            Edit("replace", "STOP.signum = int(signum)", "STOP.signum = int(signum) or STOP.signum")),
+           lambda o: o.distributed and _c5(o) and not o.amp, _AGREEMENT_TESTS),
     # torch.compile (--compile), caught by tests/test_compile.py.
     Mutant("C4", "the compiled module's state saved (_orig_mod. keys)", "train.py",
            (Edit("replace", _STATE_OF_MODEL, _STATE_OF_MODEL.replace("model,", "compiled,")),),

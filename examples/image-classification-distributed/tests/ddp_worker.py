@@ -8,7 +8,8 @@ one rank and rising on the other, so a decision made on one rank's own loss woul
 between the ranks.
 $CTRL_C_IN_EPOCH=N raises KeyboardInterrupt on every rank in epoch N, $CRASH_IN_EPOCH=N an
 error on rank 1 alone. $SIGNAL_AT_STEP=NAME:N sends signal NAME (SIGTERM, SIGHUP) to rank 1
-alone after its Nth optimizer step. $M2_PROBE=N only runs
+alone after its Nth optimizer step; NAME:agreeing sends it to rank 1 alone while the ranks
+first agree inside an epoch, just after their all-reduce returns. $M2_PROBE=N only runs
 one backward pass on this rank's part of the first N samples and saves the gradient.
 """
 
@@ -24,6 +25,7 @@ import task_cases
 from image_classification_distributed import (
     data,
     engine,
+    midepoch,
     run_files,
     train,
 )
@@ -126,20 +128,33 @@ if os.environ.get("M2_PROBE"):
 
 if os.environ.get("SIGNAL_AT_STEP"):
     # As a scheduler that signals one process: every rank must save and stop together (C5).
-    name, term_at = os.environ["SIGNAL_AT_STEP"].split(":")
-    term_at, steps = int(term_at), []
-    real_train_one_epoch = train.train_one_epoch
+    name, at = os.environ["SIGNAL_AT_STEP"].split(":")
+    number = getattr(signal, name)
+    if at == "agreeing":
+        agree, sent = midepoch.max_over_ranks, []
 
-    def signalled(*args, after_step, **kwargs):
-        def after(progress):
-            steps.append(progress.steps)
-            if len(steps) == term_at and RANK == 1:
-                os.kill(os.getpid(), getattr(signal, name))
-            after_step(progress)
+        def agreeing(values):
+            agreed = agree(values)  # the ranks agreed that no signal came, so far
+            if RANK == 1 and not sent:
+                sent.append(number)
+                os.kill(os.getpid(), number)  # its handler runs before this function returns
+            return agreed
 
-        return real_train_one_epoch(*args, after_step=after, **kwargs)
+        midepoch.max_over_ranks = agreeing
+    else:
+        term_at, steps = int(at), []
+        real_train_one_epoch = train.train_one_epoch
 
-    train.train_one_epoch = signalled
+        def signalled(*args, after_step, **kwargs):
+            def after(progress):
+                steps.append(progress.steps)
+                if len(steps) == term_at and RANK == 1:
+                    os.kill(os.getpid(), number)
+                after_step(progress)
+
+            return real_train_one_epoch(*args, after_step=after, **kwargs)
+
+        train.train_one_epoch = signalled
 
 fit = train.fit
 

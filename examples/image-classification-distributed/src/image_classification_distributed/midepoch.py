@@ -44,9 +44,12 @@ class StepSaver:
             due = ctx.is_main and not trained and self.files.due(step, inside=True)
             asked = torch.tensor([due, STOP.signum or 0], device=self.device).double()
             due, signum = max_over_ranks(asked).tolist()
-            if signum:
+            # Decided on the agreed values alone: a signal that lands on one rank while they
+            # agree is that rank's until their next agreement. Read from STOP.signum, it would
+            # stop that rank alone, and the others would wait in their next collective.
+            stopping = bool(signum)
+            if stopping:
                 STOP.signum = int(signum)  # every rank stops on it, and rank 0 names it
-            stopping = STOP.signum is not None
             if not (due or stopping):
                 return
             # Weights that a bad step broke are never saved; the loop stops on them itself.

@@ -11,6 +11,7 @@ error on rank 1 alone. $SIGNAL_AT_STEP=NAME:N sends signal NAME (SIGTERM, SIGHUP
 alone after its Nth optimizer step; NAME:agreeing sends it to rank 1 alone while the ranks
 first agree inside an epoch, just after their all-reduce returns. $M2_PROBE=N only runs
 one backward pass on this rank's part of the first N samples and saves the gradient.
+$UNSHARED=1 makes rank 1 see no last.pt, as a machine that does not share --out's files.
 """
 
 import os
@@ -155,6 +156,10 @@ if os.environ.get("SIGNAL_AT_STEP"):
             return real_train_one_epoch(*args, after_step=after, **kwargs)
 
         train.train_one_epoch = signalled
+
+if os.environ.get("UNSHARED") and RANK == 1:
+    is_file = Path.is_file
+    Path.is_file = lambda self: self.name != "last.pt" and is_file(self)
 
 fit = train.fit
 

@@ -1,11 +1,15 @@
 """M1-M8: two processes under torchrun (gloo, CPU) train as one process does, and agree."""
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -36,32 +40,71 @@ WEIGHT_TOLERANCE, METRIC_TOLERANCE = task_cases.TWO_PROCESS_TOLERANCES
 
 
 def launch(
-    tmp: Path, nproc: int, *args: str, env: dict | None = None, rule: str = "M8"
+    tmp: Path,
+    nproc: int,
+    *args: str,
+    env: dict | None = None,
+    rule: str = "M8",
+    nodes: int = 1,
 ) -> list[dict]:
     """Run tests/ddp_worker.py under torchrun, which must succeed; each rank's record."""
     record = tmp / f"record-{nproc}-{len(list(tmp.glob('record-*')))}"
     record.mkdir()
-    launch_exits(0, nproc, *args, env={"RECORD": str(record), **(env or {})}, rule=rule)
-    return [torch.load(record / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
+    env = {"RECORD": str(record), **(env or {})}
+    launch_exits(0, nproc, *args, env=env, rule=rule, nodes=nodes)
+    ranks = range(nproc * nodes)
+    return [torch.load(record / f"rank{r}.pt", weights_only=False) for r in ranks]
 
 
 def launch_exits(
-    expect: int, nproc: int, *args: str, env: dict | None = None, rule: str = "M8"
+    expect: int,
+    nproc: int,
+    *args: str,
+    env: dict | None = None,
+    rule: str = "M8",
+    nodes: int = 1,
 ) -> str:
-    """Run tests/ddp_worker.py under `torchrun --standalone` (no fixed port: safe in parallel
-    runs), which must exit `expect`; what the ranks printed to stderr."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += [f"--nproc_per_node={nproc}", str(HERE / "ddp_worker.py"), *args]
+    """Run tests/ddp_worker.py under torchrun, `nproc` processes per node, which must exit
+    `expect`; what the ranks printed to stderr. One node is `torchrun --standalone` (no fixed
+    port: safe in parallel runs); more are as many torchrun agents on this machine that meet
+    at a c10d rendezvous on 127.0.0.1, as the README's commands for several machines do."""
+    if nodes == 1:
+        launcher = [[sys.executable, "-m", "torch.distributed.run", "--standalone"]]
+    else:
+        with socket.socket() as probe:  # a port free now; the first agent to bind it serves
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        agent = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}"]
+        agent += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"]
+        agent += [f"--rdzv-id={uuid.uuid4().hex}", "--max-restarts=0"]
+        launcher = [agent] * nodes
+    worker = [f"--nproc_per_node={nproc}", str(HERE / "ddp_worker.py"), *args]
     path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, **(env or {})}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    # One thread per process, as torchrun sets for several processes per machine (not for
+    # one): more threads sum in another order, and the ranks would differ in the last bits.
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+    # Files, not pipes: an agent blocked on a full pipe would stall the others' collectives.
+    logs = [tempfile.TemporaryFile("w+") for _ in launcher]
+    agents = [
+        subprocess.Popen([*command, *worker], env=env, stdout=subprocess.DEVNULL, stderr=log)
+        for command, log in zip(launcher, logs, strict=True)
+    ]
+    try:
+        codes = [agent.wait(timeout=300) for agent in agents]
+    finally:
+        for agent in agents:  # one left waiting for an agent that failed
+            agent.kill()
+            agent.wait()
+    stderr = ""
+    for log in logs:
+        log.seek(0)
+        stderr += log.read()
+        log.close()
     # A failed launch names the rule the test checks (a rank that waits in vain fails here),
     # then the end of the ranks' output, without source lines and their rule comments.
-    lines = [line for line in done.stderr.splitlines() if "#" not in line]
-    assert done.returncode == expect, f"{rule}: torchrun exited {done.returncode}: " + "\n".join(
-        lines[-15:]
-    )
-    return done.stderr
+    lines = [line for line in stderr.splitlines() if "#" not in line]
+    assert codes == [expect] * nodes, f"{rule}: torchrun exited {codes}: " + "\n".join(lines[-15:])
+    return stderr
 
 
 def no_prefix(path: Path) -> None:
@@ -150,6 +193,43 @@ def test_M2_the_exchanged_gradient_is_the_whole_batch_gradient(tmp_path):
         f"M2: the gradient the ranks exchanged is {error:.1e} (relative) from the gradient of "
         "the mean loss over the whole global batch"
     )
+
+
+@pytest.mark.probe
+def test_two_machines_train_as_two_processes_on_one(two_ranks, tmp_path):
+    # The README's commands for several machines, here on one: two torchrun agents of one
+    # process each meet at a c10d rendezvous on 127.0.0.1. Ranks on two machines are ranks
+    # on one: the same samples, steps, metrics and files, to the bit.
+    out = tmp_path / "run"
+    run = [*SETTINGS, *EVERY_EPOCH, "--epochs", str(EPOCHS), "--out", str(out)]
+    records = launch(tmp_path, 1, *run, rule="M3/M4/M8", nodes=2)
+    one = two_ranks["records"]
+    for rank, (machines, processes) in enumerate(zip(records, one, strict=True)):
+        assert machines["batches"] == processes["batches"], f"M1: rank {rank}'s samples differ"
+        difference = max_difference(machines["weights"], processes["weights"])
+        assert difference == 0.0, f"M6: rank {rank}'s weights differ by {difference:.2e}"
+        assert machines["history"] == processes["history"], "M3/M4: the metrics differ"
+        assert machines["writes"] == processes["writes"], f"M5: rank {rank} wrote other files"
+
+
+@pytest.mark.probe
+def test_M8_machines_that_see_different_checkpoints_are_refused(two_ranks, tmp_path):
+    # --resume auto where --out is not shared: rank 1's machine sees no last.pt and would
+    # start afresh while rank 0 resumes. Refused on every rank, before anything is written,
+    # in one line from rank 0.
+    out = tmp_path / "run"
+    shutil.copytree(two_ranks["out"], out)
+    before = (out / "last.pt").read_bytes()
+    saved = torch.load(out / "last.pt", weights_only=False)
+    run = [*SETTINGS, *EVERY_EPOCH, "--epochs", str(EPOCHS + 1), "--out", str(out)]
+    stderr = launch_exits(1, 2, *run, "--resume", "auto", env={"UNSHARED": "1"})
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: rank 0 starts from step {saved['global_step']} of run {saved['run_id']} and "
+        f"rank 1 from a new run ({out / 'last.pt'} as each machine sees it); every machine "
+        "must read the same checkpoint: keep --out on a file system they share"
+    ], "M8: " + stderr[-3000:]
+    assert (out / "last.pt").read_bytes() == before
 
 
 def test_two_processes_end_where_one_process_ends(two_ranks, tmp_path):

@@ -180,20 +180,19 @@ def test_kill_while_writing_a_mid_epoch_checkpoint_then_resume_is_bitwise_equal(
         )
         for seed in SEEDS
     }
-    runs = [
-        ["kill-at", str(at[seed]), *inside, "--seed", str(seed), "--out", str(killed[seed])]
+    # One command for both starts, as a job that restarts runs it: --resume auto starts a
+    # new run in an empty --out, and goes on from the last.pt it finds there.
+    again = {
+        seed: [*inside, "--seed", str(seed), "--out", str(killed[seed]), "--resume", "auto"]
         for seed in SEEDS
-    ]
+    }
+    runs = [["kill-at", str(at[seed]), *again[seed]] for seed in SEEDS]
     train(*runs, cwd=tmp_path, expect=[-signal.SIGKILL] * len(SEEDS))
     for seed in SEEDS:
         # C2, C5: last.pt is the step before, whole; the cut one only in a temporary file.
         saved = load_checkpoint(killed[seed] / "last.pt")
         assert saved["global_step"] == at[seed] - 1, f"C5: {saved['global_step']} saved"
-    train(
-        *[["--resume", str(killed[seed] / "last.pt")] for seed in SEEDS],
-        cwd=tmp_path,
-        expect=[0] * len(SEEDS),
-    )
+    train(*again.values(), cwd=tmp_path, expect=[0] * len(SEEDS))
     for seed in SEEDS:
         metrics = (killed[seed] / "metrics.csv").read_bytes()
         assert metrics == (full[seed] / "metrics.csv").read_bytes(), f"C5: seed {seed}"

@@ -282,6 +282,31 @@ def test_resuming_into_a_folder_of_another_run_is_refused(tmp_path, capsys):
 # Resume: what may change, what may not, and which checkpoints fit
 
 
+def test_resume_auto_starts_a_run_then_goes_on_from_its_last_checkpoint(tmp_path, capsys):
+    # One command for every start of a job that restarts: a new run in an empty --out, the
+    # last.pt there afterwards; a run that has done its epochs says so, as --resume does.
+    out = tmp_path / "run"
+    auto = ("--out", str(out), "--resume", "auto", "--seed", "3")
+    code, lines, errors = train_cli(capsys, *auto, "--epochs", "2")
+    assert code == 0 and errors == [] and load_checkpoint(out / "last.pt")["epoch"] == 2
+    two = load_checkpoint(out / "last.pt")
+    code, lines, errors = train_cli(capsys, *auto, "--epochs", "3")
+    assert code == 0 and errors == [], errors
+    assert [line.split()[1] for line in lines if line.startswith("epoch ")] == ["3/3"]
+    three = load_checkpoint(out / "last.pt")
+    assert three["run_id"] == two["run_id"] and three["history"][:2] == two["history"]
+    code, lines, errors = train_cli(capsys, *auto, "--epochs", "3")
+    assert code == 2 and errors == [
+        f"error: checkpoint {out / 'last.pt'} has trained 3 of 3 epochs, so there is nothing "
+        "to resume; to train longer, resume with --epochs N (more than 3)"
+    ]
+    code, lines, errors = train_cli(capsys, *auto, "--overwrite")
+    assert code == 2 and errors == [
+        "error: --overwrite starts a fresh run; leave it out with --resume"
+    ]
+    assert load_checkpoint(out / "last.pt")["history"] == three["history"]
+
+
 def warmup_cosine(step: int, epochs: int, steps: int, warmup: int, lr: float = Config.lr) -> float:
     """The rate of optimizer step `step` (from 0) of `epochs` epochs of `steps` steps (R7)."""
     if step < warmup:

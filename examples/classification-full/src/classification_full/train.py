@@ -276,7 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (metavar, text) in DATA_FLAGS.items():  # the task's data settings, as flags
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=metavar, help=text)
     parser.add_argument(
-        "--resume", metavar="CKPT", help="continue from a checkpoint, e.g. runs/latest/last.pt"
+        "--resume",
+        metavar="CKPT",
+        help="continue from a checkpoint, e.g. runs/latest/last.pt; auto: from --out's last.pt "
+        "if there is one, else start a new run there (one command for a job that restarts)",
     )
     parser.add_argument(
         "--set",
@@ -328,14 +331,19 @@ def run(argv: list[str] | None = None) -> int:
         f"{name}={getattr(args, name)}" for name in flags if getattr(args, name) is not None
     ]
     try:
-        checkpoint, base = None, None
-        if args.resume:
-            if args.overwrite:
-                raise ConfigError("--overwrite starts a fresh run; leave it out with --resume")
-            checkpoint = load_checkpoint(args.resume)
-            check_checkpoint(checkpoint, args.resume)
+        checkpoint, base, resume = None, None, args.resume
+        if resume and args.overwrite:
+            raise ConfigError("--overwrite starts a fresh run; leave it out with --resume")
+        if resume == "auto":
+            # The same command for every start of a job that restarts (torchrun --max-restarts,
+            # a requeued SLURM job): --out's last.pt if there is one, else a new run there.
+            last = Path(load_config(args.config, overrides).out) / "last.pt"
+            resume = str(last) if last.is_file() else None
+        if resume:
+            checkpoint = load_checkpoint(resume)
+            check_checkpoint(checkpoint, resume)
             # A resumed run starts from the settings it was saved with, in its own folder.
-            base = {**checkpoint["config"], "out": str(Path(args.resume).parent)}
+            base = {**checkpoint["config"], "out": str(Path(resume).parent)}
         cfg = load_config(args.config, overrides, base=base)
         if args.print_config:
             print(dump_config(cfg), end="")
@@ -344,7 +352,7 @@ def run(argv: list[str] | None = None) -> int:
         created = [folder for folder in (out, *out.parents) if not folder.exists()]
         started = time.perf_counter()
         try:
-            result = fit(cfg, checkpoint, args.resume, overwrite=args.overwrite)
+            result = fit(cfg, checkpoint, resume, overwrite=args.overwrite)
         except BaseException:
             remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
             raise

@@ -18,6 +18,7 @@ from .checkpoint import (
     require_keys,
 )
 from .config import Config, ConfigError
+from .distributed import Context, gather
 
 # What a checkpoint must match to be resumed here: this project and the options it was
 # rendered with (another scheduler's state would load silently and train at a wrong rate).
@@ -143,6 +144,31 @@ def check_global_batch(batch_size: int, processes: int) -> None:
             f"processes, each needing at least one sample of it; set batch_size to {processes} "
             "or more (and keep lr as for one process)"
         )
+
+
+def check_same_start(ctx: Context, checkpoint: dict | None, path: Path) -> None:
+    """M8: refuse ranks that start from different checkpoints, or some from none.
+
+    Machines that do not share --out's file system see different files: with --resume auto
+    one finds last.pt and another starts afresh. DDP would not notice (it sends rank 0's
+    weights to all), but each rank would keep its own optimizer state, schedule and epoch count.
+    """
+    mine = None if checkpoint is None else (checkpoint.get("run_id"), checkpoint["global_step"])
+    starts = gather(mine)
+    odd = next((rank for rank, start in enumerate(starts) if start != starts[0]), None)
+    if odd is None:
+        return
+
+    def described(start: tuple | None) -> str:
+        return "a new run" if start is None else f"step {start[1]} of run {start[0]}"
+
+    error = ConfigError(
+        f"rank 0 starts from {described(starts[0])} and rank {odd} from "
+        f"{described(starts[odd])} ({path} as each machine sees it); every machine must "
+        "read the same checkpoint: keep --out on a file system they share"
+    )
+    error.told_by_rank_0 = not ctx.is_main  # one line on stderr, rank 0's
+    raise error
 
 
 def check_processes(checkpoint: dict | None, path: Path, processes: int) -> None:

@@ -47,6 +47,7 @@ from .resume import (
     check_processes,
     check_resume_settings,
     check_same_data,
+    check_same_start,
     relink_best,
 )
 from .run_files import RunWriter, prepare_out, remove_empty_folders
@@ -97,6 +98,7 @@ def fit(
     val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
     # One process under plain `python -m`; under torchrun, this rank of the group (M8).
     ctx, device = start(resolve_device(cfg.device), cfg.dist_timeout)
+    check_same_start(ctx, checkpoint, checkpoint_path)  # machines that see different files
     # M5: rank 0 alone talks to MLflow (an extra: imported only when asked for); a missing
     # package or a server that does not answer stops every rank before --out is touched.
     store = share_outcome(ctx, lambda: tracking.connect(out)) if cfg.tracking == "mlflow" else None
@@ -330,7 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (metavar, text) in DATA_FLAGS.items():  # the task's data settings, as flags
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=metavar, help=text)
     parser.add_argument(
-        "--resume", metavar="CKPT", help="continue from a checkpoint, e.g. runs/latest/last.pt"
+        "--resume",
+        metavar="CKPT",
+        help="continue from a checkpoint, e.g. runs/latest/last.pt; auto: from --out's last.pt "
+        "if there is one, else start a new run there (one command for a job that restarts)",
     )
     parser.add_argument(
         "--set",
@@ -390,14 +395,19 @@ def run(argv: list[str] | None = None) -> int:
         f"{name}={getattr(args, name)}" for name in flags if getattr(args, name) is not None
     ]
     try:
-        checkpoint, base = None, None
-        if args.resume:
-            if args.overwrite:
-                raise ConfigError("--overwrite starts a fresh run; leave it out with --resume")
-            checkpoint = load_checkpoint(args.resume)
-            check_checkpoint(checkpoint, args.resume)
+        checkpoint, base, resume = None, None, args.resume
+        if resume and args.overwrite:
+            raise ConfigError("--overwrite starts a fresh run; leave it out with --resume")
+        if resume == "auto":
+            # The same command for every start of a job that restarts (torchrun --max-restarts,
+            # a requeued SLURM job): --out's last.pt if there is one, else a new run there.
+            last = Path(load_config(args.config, overrides).out) / "last.pt"
+            resume = str(last) if last.is_file() else None
+        if resume:
+            checkpoint = load_checkpoint(resume)
+            check_checkpoint(checkpoint, resume)
             # A resumed run starts from the settings it was saved with, in its own folder.
-            base = {**checkpoint["config"], "out": str(Path(args.resume).parent)}
+            base = {**checkpoint["config"], "out": str(Path(resume).parent)}
         cfg = load_config(args.config, overrides, base=base)
         if args.print_config:
             print(dump_config(cfg), end="")
@@ -406,7 +416,7 @@ def run(argv: list[str] | None = None) -> int:
         created = [folder for folder in (out, *out.parents) if not folder.exists()]
         started = time.perf_counter()
         try:
-            result = fit(cfg, checkpoint, args.resume, overwrite=args.overwrite)
+            result = fit(cfg, checkpoint, resume, overwrite=args.overwrite)
         except BaseException:
             # A run that saved nothing leaves no empty --out. M5: rank 0 alone, as it alone
             # writes there: a rank that stopped first would remove the folder under rank 0,

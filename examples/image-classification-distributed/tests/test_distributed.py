@@ -225,9 +225,9 @@ def test_M8_machines_that_see_different_checkpoints_are_refused(two_ranks, tmp_p
     stderr = launch_exits(1, 2, *run, "--resume", "auto", env={"UNSHARED": "1"})
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert errors == [
-        f"error: rank 0 starts from step {saved['global_step']} of run {saved['run_id']} and "
-        f"rank 1 from a new run ({out / 'last.pt'} as each machine sees it); every machine "
-        "must read the same checkpoint: keep --out on a file system they share"
+        f"error: rank 0 resumes run {saved['run_id']} after epoch {saved['epoch']} but rank 1 "
+        f"starts a new run ({out / 'last.pt'} as each machine sees it); every machine must "
+        "read the same checkpoint: keep --out on a file system they share"
     ], "M8: " + stderr[-3000:]
     assert (out / "last.pt").read_bytes() == before
 

@@ -153,19 +153,26 @@ def check_same_start(ctx: Context, checkpoint: dict | None, path: Path) -> None:
     one finds last.pt and another starts afresh. DDP would not notice (it sends rank 0's
     weights to all), but each rank would keep its own optimizer state, schedule and epoch count.
     """
-    mine = None if checkpoint is None else (checkpoint.get("run_id"), checkpoint["global_step"])
+    mine = None
+    if checkpoint is not None:  # only keys every resumable checkpoint has (check_checkpoint)
+        steps = (checkpoint.get("position") or {}).get("steps", 0)
+        mine = (checkpoint.get("run_id"), checkpoint["epoch"], steps)
     starts = gather(mine)
     odd = next((rank for rank, start in enumerate(starts) if start != starts[0]), None)
     if odd is None:
         return
 
     def described(start: tuple | None) -> str:
-        return "a new run" if start is None else f"step {start[1]} of run {start[0]}"
+        if start is None:
+            return "starts a new run"
+        run_id, epoch, steps = start
+        inside = f" and {steps} steps" if steps else ""
+        return f"resumes run {run_id} after epoch {epoch}{inside}"
 
     error = ConfigError(
-        f"rank 0 starts from {described(starts[0])} and rank {odd} from "
-        f"{described(starts[odd])} ({path} as each machine sees it); every machine must "
-        "read the same checkpoint: keep --out on a file system they share"
+        f"rank 0 {described(starts[0])} but rank {odd} {described(starts[odd])} ({path} as "
+        "each machine sees it); every machine must read the same checkpoint: keep --out on a "
+        "file system they share"
     )
     error.told_by_rank_0 = not ctx.is_main  # one line on stderr, rank 0's
     raise error

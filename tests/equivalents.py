@@ -355,8 +355,7 @@ EQUIVALENTS = [
                lambda o: not o.amp),  # GradScaler.step takes no closure
     Equivalent("model moved to the device where it is built", "train.py",
                (Edit("delete", "model.to(device)"),
-                Edit("replace", "output_dim)\n    optimizer = build_optimizer(",
-                     "output_dim).to(device)\n    optimizer = build_optimizer("))),
+                Edit("replace", "data.task.output_dim)\n", "data.task.output_dim).to(device)\n"))),
     Equivalent("plateau step with metrics= keyword", "train.py",
                (Edit("replace", 'step(val["loss"])', 'step(metrics=val["loss"])'),),
                lambda o: o.scheduler == "plateau"),

@@ -53,6 +53,7 @@ SHARED_FILES = (
     "src/{package}/__init__.py",
     "src/{package}/checkpoint.py",
     "src/{package}/config.py",
+    "src/{package}/ending.py",
     "src/{package}/engine.py",
     "src/{package}/evaluate.py",
     "src/{package}/export.py",
@@ -351,7 +352,7 @@ def test_tasks_differ_only_in_their_own_files(render_combo, base):
 
 # train.py and the modules it is built from.
 TRAINING_MODULES = ("train", "console", "device", "optim", "resume", "state", "midepoch")
-TRAINING_MODULES += ("run_files", "stopping")
+TRAINING_MODULES += ("run_files", "stopping", "ending")
 
 
 @pytest.mark.tiered

@@ -657,6 +657,10 @@ def _failures(report: Path) -> dict[str, str]:
 # weights must equal the generated code's (tests/equivalents.py, training_fingerprint).
 LOOP_TESTS = (
     "tests/test_contract.py",
+    "tests/test_contract_epochs.py",
+    "tests/test_contract_ema.py",  # --ema only
+    "tests/test_contract_accumulation.py",  # grad_accum > 1 only
+    "tests/test_contract_warmup.py",  # warmup_steps > 0 only
     "tests/test_reproducibility.py",
 )
 
@@ -694,7 +698,8 @@ def run_edited(
     shutil.copytree(project, edited, ignore=shutil.ignore_patterns("run", "__pycache__"))
     for edit in edits:
         apply_edit(edited / "src" / package / file, edit)
-    selected = [*(LOOP_TESTS if loop_tests else ()), *tests]
+    loop = [path for path in LOOP_TESTS if (edited / path).is_file()]  # some need an option
+    selected = [*(loop if loop_tests else ()), *tests]
     if isolation == "subprocess":
         return _run_in_subprocesses(edited, package, selected)
     result = forkrun.POOL.run(

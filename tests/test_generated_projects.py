@@ -56,8 +56,8 @@ ONCE_PER_TASK: tuple[str, ...] = ("tests/test_tune.py",)
 # Of those, the tests of a study's storage and workers (a new database opened by many workers
 # at once, two workers on one study, a dead worker's trial run again, a sweep cut by Ctrl-C or
 # a kill) run in the first task's suite only: the task enters them only as the command a
-# trial starts, whose own stops and resumes every suite's test_run_guards.py tests. About
-# 90 s of CPU saved in each other task's suite.
+# trial starts, whose own stops and resumes every suite's test_stop_signals.py and
+# test_resume_guards.py test. About 90 s of CPU saved in each other task's suite.
 ONCE_IN_ALL: tuple[str, ...] = tuple(
     f"tests/test_tune.py::{name}"
     for name in (

@@ -67,12 +67,16 @@ SHARED_FILES = (
     "src/{package}/tracking.py",
     "src/{package}/train.py",
     "src/{package}/tune.py",
+    "tests/contract_config.py",
     "tests/loop_recorder.py",
+    "tests/predict_runs.py",
     "tests/test_contract.py",
+    "tests/test_contract_epochs.py",
     "tests/test_export.py",
     "tests/test_predict.py",
     "tests/test_tracking.py",
     "tests/test_tune.py",
+    "tests/test_unusable_inputs.py",
     "tests/test_watch.py",
 )
 

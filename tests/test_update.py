@@ -162,7 +162,7 @@ def test_options_switched_on_later_keep_edits(tmp_path, template_repo):
     assert "torch.autocast" in (package / "engine.py").read_text()
     assert "ReduceLROnPlateau" in (package / "optim.py").read_text()
     assert "epochs_without_improvement" in (package / "train.py").read_text()
-    assert "R13" in (project / "tests" / "test_contract.py").read_text()
+    assert "R13" in (project / "tests" / "test_contract_epochs.py").read_text()
     assert_user_edits_kept(project)
     project_tests_pass(project)
 

@@ -299,7 +299,7 @@ MUTANTS = [
            (Edit("replace", _STEP, _PER_BATCH + _STEP),), _epoch_cosine),
     Mutant("R7", "cosine scheduler stepped before the epoch's updates", "train.py",
            (Edit("move_before", "scheduler.step()", "train = train_one_epoch("),), _epoch_cosine),
-    # With a warm-up (warmup_steps above 0), caught by the R7 warm-up tests of test_contract.py.
+    # With a warm-up (warmup_steps above 0), caught by the R7 tests of test_contract_warmup.py.
     *_warmup_mutants(),
     Mutant("R7", "warm-up and cosine lengths counted in batches, not optimizer steps",
            "train.py",
@@ -345,8 +345,8 @@ MUTANTS = [
     Mutant("R13", "last weights kept instead of the best", "train.py",
            (Edit("delete", ".load_state_dict(training.best_weights)"),),
            lambda o: o.early_stopping),
-    # Gradient accumulation (grad_accum > 1), caught by the R14 tests of tests/test_contract.py
-    # (and of tests/test_distributed.py for DDP's exchange).
+    # Gradient accumulation (grad_accum > 1), caught by the R14 tests of
+    # tests/test_contract_accumulation.py (and of tests/test_distributed.py for DDP's exchange).
     Mutant("R14", "loss not weighted by the batch's share of the window", "engine.py",
            (Edit("replace", " * (len(targets) / samples)", ""),), _accum),
     Mutant("R14", "loss divided by k (wrong for a shorter window or a smaller batch)",
@@ -456,7 +456,8 @@ MUTANTS = [
     Mutant("M8", "a rank stops on a signal that came while the ranks agreed", "midepoch.py",
            (Edit("replace", "stopping = bool(signum)",
                  "stopping = bool(signum) or STOP.signum is not None"),
-            Edit("replace", "STOP.signum = int(signum)", "STOP.signum = int(signum) or STOP.signum")),
+            Edit("replace", "STOP.signum = int(signum)",
+                 "STOP.signum = int(signum) or STOP.signum")),
            lambda o: o.distributed and _c5(o) and not o.amp, _AGREEMENT_TESTS),
     # torch.compile (--compile), caught by tests/test_compile.py.
     Mutant("C4", "the compiled module's state saved (_orig_mod. keys)", "train.py",

@@ -62,6 +62,7 @@ SHARED_FILES = (
     "src/{package}/overfit.py",
     "src/{package}/plot.py",
     "src/{package}/predict.py",
+    "src/{package}/progress.py",
     "src/{package}/seed.py",
     "src/{package}/stopping.py",
     "src/{package}/tracking.py",

@@ -39,7 +39,7 @@ EXIT_INTERRUPTED = 130
 
 # The settings a sweep tunes, and their ranges: {"low": a, "high": b} (integers when both are;
 # "log": true samples on a log scale) or {"choices": [...]}. The model's own are in model.py's
-# SEARCH_SPACE. A TOML file given with --space replaces the whole table (see the README).
+# SEARCH_SPACE. A TOML file given with --space replaces the whole table (see docs/sweeps.md).
 SEARCH_SPACE = {
     "lr": {"low": 1e-4, "high": 3e-2, "log": True},
     "weight_decay": {"low": 1e-5, "high": 1e-1, "log": True},

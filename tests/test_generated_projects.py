@@ -67,6 +67,22 @@ ONCE_IN_ALL: tuple[str, ...] = tuple(
         "test_a_study_goes_on_after_an_interruption_and_reruns_the_cut_trial",
     )
 )
+# Probes of the launcher and of code every torchrun render shares, whatever the task and the
+# other options: the rendezvous of two agents, the refusal of machines that see different
+# checkpoints or of a global batch smaller than the processes, a failing rank stopping the
+# others. They run in the first torchrun suite of the covering set only (about 50 s of CPU
+# saved in each other one); the stops that save and resume (SIGTERM, kills, a signal to one
+# rank), whose code paths differ with EMA, AMP and accumulation, run in every torchrun suite.
+ONCE_IN_DISTRIBUTED: tuple[str, ...] = tuple(
+    f"tests/test_distributed_stops.py::{name}"
+    for name in (
+        "test_two_machines_train_as_two_processes_on_one",
+        "test_M8_machines_that_see_different_checkpoints_are_refused",
+        "test_M8_a_rank_that_fails_stops_the_others",
+        "test_a_global_batch_smaller_than_the_processes_is_refused_at_start",
+    )
+)
+FIRST_DISTRIBUTED = next(o for o in COVERING if o.distributed and not o.compile)
 # A combination with compile runs its default tier and tests/test_compile.py, and leaves its
 # other probes to the combinations without compile, when its code with compile false is its
 # eager twin's (the same answers, compile false): every generated test but test_compile.py's
@@ -132,6 +148,8 @@ def run_suite(project, marks: str | None, options=None, paths: tuple[str, ...] =
             command += ["--deselect", node]
     if options is not None and options.distributed:
         command += [f"--deselect={node}" for node in KNOWN_FLAKY]
+        if options != FIRST_DISTRIBUTED:
+            command += [f"--deselect={node}" for node in ONCE_IN_DISTRIBUTED]
     if options is not None and options not in ONE_PER_TASK:
         command += [f"--deselect={path}" for path in ONCE_PER_TASK]
     elif options is not None and options != ONE_PER_TASK[0]:
@@ -146,11 +164,17 @@ def run_suite(project, marks: str | None, options=None, paths: tuple[str, ...] =
 def test_the_tests_run_once_name_tests_of_the_template():
     # --deselect takes a node id's prefix and says nothing when none matches: a renamed test
     # would otherwise run everywhere, or (in ONCE_IN_ALL, with its file gone) nowhere.
-    for node in (*ONCE_PER_TASK, *ONCE_IN_ALL):
+    for node in (*ONCE_PER_TASK, *ONCE_IN_ALL, *ONCE_IN_DISTRIBUTED):
         path, _, name = node.partition("::")
-        (template,) = (REPO / "template").glob(f"{path}.jinja") or [REPO / "template" / path]
-        assert template.is_file(), node
-        assert not name or f"def {name}(" in template.read_text(), node
+        folder, _, file = path.rpartition("/")
+        # The file's template, named as it renders or under a condition ("{% if ... %}name").
+        found = [
+            t
+            for t in (REPO / "template" / folder).iterdir()
+            if t.name in (file, f"{file}.jinja") or f"%}}{file}{{%" in t.name
+        ]
+        assert len(found) == 1, node
+        assert not name or f"def {name}(" in found[0].read_text(), node
 
 
 @pytest.mark.parametrize("options", ONE_PER_TASK, ids=combo_id)
@@ -185,6 +209,8 @@ def test_generated_suite_passes(render_combo, options, marks):
     known = [node for combo, node in KNOWN_FAILURES if combo == combo_id(options)]
     known += list(KNOWN_FLAKY) if options.distributed else []
     known += list(ONCE_PER_TASK) if options not in ONE_PER_TASK else []
+    if options.distributed and options != FIRST_DISTRIBUTED:
+        known += list(ONCE_IN_DISTRIBUTED)
     if marks == ALL:
         assert (" deselected" in summary) == bool(known), summary
 

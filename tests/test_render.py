@@ -26,6 +26,7 @@ from tests.conftest import (
     LONGEST,
     PYTHON,
     RENDERED,
+    REPO,
     TASK_IDS,
     TASKS,
     TRIPLES,
@@ -493,3 +494,36 @@ def test_readme_installs_the_chosen_torch_before_the_project_and_keeps_it(render
 
     installed = Version(torch.__version__.split("+")[0])
     assert spec.specifier.contains(installed), (spec, installed)  # 2.13 here: pip keeps it
+
+
+# The shape of the project (issue 26): files a reader can take in. train.py reads as a recipe,
+# fit() on its first screens; the guards live in modules of their own.
+MAX_TEMPLATE_LINES = 450  # any file of the template (a part included by another counts alone)
+MAX_TRAIN_LINES = 350  # train.py as rendered, for every combination
+FIT_WITHIN = 120  # the line by which train.py's fit() has started
+MAX_DATA_LINES = 350  # each task's data.py as rendered: its interface; formats have modules
+
+
+def test_no_template_file_is_longer_than_a_reader_takes_in():
+    long = {
+        path.relative_to(REPO).as_posix(): n
+        for path in (REPO / "template").rglob("*")
+        if path.is_file() and (n := len(path.read_text().splitlines())) > MAX_TEMPLATE_LINES
+    }
+    assert not long, f"template files over {MAX_TEMPLATE_LINES} lines: {long}"
+
+
+@pytest.mark.tiered
+@pytest.mark.parametrize("options", RENDERED, ids=combo_id)
+def test_train_py_is_a_recipe_with_fit_on_its_first_screens(render_combo, options):
+    package = render_combo(options).dest / "src" / package_of(options)
+    train = (package / "train.py").read_text().splitlines()
+    fit = next(n for n, line in enumerate(train, 1) if line.startswith("def fit("))
+    assert len(train) <= MAX_TRAIN_LINES, f"train.py has {len(train)} lines"
+    assert fit <= FIT_WITHIN, f"fit() starts at line {fit}"
+    data = len((package / "data.py").read_text().splitlines())
+    assert data <= MAX_DATA_LINES, f"data.py has {data} lines"
+    # Nothing imports from train.py: it is the entry point, not a library.
+    imports_train = re.compile(r"from \.train import|from \. import .*\btrain\b")
+    importers = [p.name for p in package.glob("*.py") if imports_train.search(p.read_text())]
+    assert not importers, f"modules that import train.py: {importers}"

@@ -22,6 +22,7 @@ from classification_full import (
     run_files,
     train,
 )
+from classification_full.checkpoint import load_checkpoint
 from classification_full.config import load_config
 from classification_full.data import load_data
 from classification_full.model import build_model
@@ -197,7 +198,7 @@ def test_a_resumed_run_hides_the_events_logged_after_its_checkpoint(tmp_path, mo
         train.fit(cfg)
     monkeypatch.undo()
     assert [step for step, _ in scalars(out / "tensorboard")["loss/val"]] == [1, 2]
-    train.fit(cfg, train.load_checkpoint(out / "last.pt"), out / "last.pt")
+    train.fit(cfg, load_checkpoint(out / "last.pt"), out / "last.pt")
     # Epoch 2 trained twice, shown once: the resumed run's.
     assert [step for step, _ in scalars(out / "tensorboard")["loss/val"]] == [1, 2, 3]
 

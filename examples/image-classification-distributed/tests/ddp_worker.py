@@ -1,4 +1,4 @@
-"""One rank of a torchrun launch from tests/test_distributed.py, with a record of what it did.
+"""One rank of a torchrun launch from tests/ddp_runs.py, with a record of what it did.
 
 Runs the project's `train` module with ARGS as this rank and saves to $RECORD/rank<N>.pt the
 sample indices of each training batch it took, the files it wrote, its final weights,
@@ -25,8 +25,9 @@ import torch
 import task_cases
 from image_classification_distributed import (
     data,
-    engine,
+    distributed,
     midepoch,
+    progress,
     run_files,
     train,
 )
@@ -64,7 +65,7 @@ run_files.save_checkpoint, run_files.write_metrics = slow_save_checkpoint, recor
 
 if os.environ.get("VAL_OFFSETS"):
     validated = {"epochs": 0}
-    evaluate, add = train.evaluate, engine.EpochSums.add
+    evaluate, add = train.evaluate, progress.EpochSums.add
 
     def counting_evaluate(*args, **kwargs):
         validated["epochs"] += 1
@@ -79,14 +80,14 @@ if os.environ.get("VAL_OFFSETS"):
         add(self, loss + offset, outputs, targets)
 
     train.evaluate = counting_evaluate
-    engine.EpochSums.add = offset_add
+    progress.EpochSums.add = offset_add
 
 if os.environ.get("CTRL_C_IN_EPOCH") or os.environ.get("CRASH_IN_EPOCH"):
     # Ctrl-C on every rank in this epoch, after its training steps (as a terminal sends it
     # to every process of the launch), or an error on rank 1 alone.
     stop_in = int(os.environ.get("CTRL_C_IN_EPOCH") or os.environ["CRASH_IN_EPOCH"])
     synced = {"epochs": 0}
-    sync_buffers = train.sync_buffers
+    sync_buffers = distributed.sync_buffers
 
     def interrupting_sync_buffers(*models):  # called once per epoch, with every model
         synced["epochs"] += 1
@@ -96,7 +97,7 @@ if os.environ.get("CTRL_C_IN_EPOCH") or os.environ.get("CRASH_IN_EPOCH"):
             raise RuntimeError("rank 1 crashed (injected by the test)")
         sync_buffers(*models)
 
-    train.sync_buffers = interrupting_sync_buffers
+    distributed.sync_buffers = interrupting_sync_buffers  # train.py calls it once an epoch
 
 if os.environ.get("M2_PROBE"):
     # One backward through DDP on this rank's part of the first N training samples, in eval

@@ -1,8 +1,8 @@
 """Watches a real training run through torch's hooks and records the state the loop leaves.
 
-The contract tests (test_contract.py) judge these records. They never read the source and
-barely care which function was called: a loop rewritten correctly, in any style, passes, and
-one that breaks a rule fails, naming the rule.
+The contract tests (test_contract.py, test_contract_warmup.py) judge these records. They never
+read the source and barely care which function was called: a loop rewritten correctly, in any
+style, passes, and one that breaks a rule fails, naming the rule.
 
 What the recorder touches, all undone when `watch()` ends:
 - the model that `train.build_model` returns: forward hooks (mode, grad mode, autocast), a hook

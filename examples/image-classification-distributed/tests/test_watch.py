@@ -22,6 +22,7 @@ from image_classification_distributed import (
     run_files,
     train,
 )
+from image_classification_distributed.checkpoint import load_checkpoint
 from image_classification_distributed.config import load_config
 from image_classification_distributed.data import load_data
 from image_classification_distributed.model import build_model
@@ -186,7 +187,7 @@ def test_a_resumed_run_hides_the_events_logged_after_its_checkpoint(tmp_path, mo
         train.fit(cfg)
     monkeypatch.undo()
     assert [step for step, _ in scalars(out / "tensorboard")["loss/val"]] == [1, 2]
-    train.fit(cfg, train.load_checkpoint(out / "last.pt"), out / "last.pt")
+    train.fit(cfg, load_checkpoint(out / "last.pt"), out / "last.pt")
     # Epoch 2 trained twice, shown once: the resumed run's.
     assert [step for step, _ in scalars(out / "tensorboard")["loss/val"]] == [1, 2, 3]
 

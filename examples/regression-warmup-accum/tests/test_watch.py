@@ -22,6 +22,7 @@ from regression_warmup_accum import (
     run_files,
     train,
 )
+from regression_warmup_accum.checkpoint import load_checkpoint
 from regression_warmup_accum.config import load_config
 from regression_warmup_accum.data import load_data
 from regression_warmup_accum.model import build_model
@@ -187,7 +188,7 @@ def test_a_resumed_run_hides_the_events_logged_after_its_checkpoint(tmp_path, mo
         train.fit(cfg)
     monkeypatch.undo()
     assert [step for step, _ in scalars(out / "tensorboard")["loss/val"]] == [1, 2]
-    train.fit(cfg, train.load_checkpoint(out / "last.pt"), out / "last.pt")
+    train.fit(cfg, load_checkpoint(out / "last.pt"), out / "last.pt")
     # Epoch 2 trained twice, shown once: the resumed run's.
     assert [step for step, _ in scalars(out / "tensorboard")["loss/val"]] == [1, 2, 3]
 

@@ -17,7 +17,8 @@ def epoch_bar(epoch: int, epochs: int, steps: int, done: int = 0) -> tqdm:
 
 
 def load_summary_writer():
-    """torch's TensorBoard writer, imported only when asked for: tensorboard is an extra."""
+    """What opens a run's TensorBoard writer, imported only when asked for (an extra), so that
+    a missing package is refused before --out is touched."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -26,9 +27,13 @@ def load_summary_writer():
             "(or set tensorboard=false)"
         ) from None
 
-    def open_writer(folder: str, **options):
+    def open_writer(out: Path, first_epoch: int):
+        """One step per epoch; purge_step hides the events an earlier run in this folder
+        logged from first_epoch on (those a resumed run trains again, or an overwritten
+        run's)."""
+        folder = str(out / "tensorboard")
         try:
-            return SummaryWriter(folder, **options)
+            return SummaryWriter(folder, purge_step=first_epoch)
         except OSError as err:  # e.g. a file where its folder goes: before anything trains
             reason = "it is a file" if Path(folder).is_file() else err.strerror
             raise ConfigError(

@@ -11,7 +11,8 @@ from .inputs import DataError
 from .interface import UnknownLabel
 from .seed import ResumableOrder
 from .storage import Rows, Storage
-from .tables import MISSING_CELLS, Wanted, read_file, read_table
+from .table_columns import MISSING_CELLS, Wanted
+from .tables import read_file, read_table
 from .task import Task, make_synthetic
 
 # The data settings that train.py also takes as flags: name -> (metavar, help).

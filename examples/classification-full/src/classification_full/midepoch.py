@@ -1,6 +1,6 @@
 """Checkpoints inside an epoch (C5): after an optimizer step, when one is due or a SIGTERM came."""
 
-from .engine import EpochProgress
+from .progress import EpochProgress
 from .run_files import RunWriter
 from .state import TrainingState
 from .stopping import STOP, Stopped, broken_weights
@@ -13,6 +13,7 @@ class StepSaver:
 
     def __init__(self, training: TrainingState, files: RunWriter) -> None:
         self.training, self.files = training, files
+        self.writes = True  # the one process writes the run's files
         self.epoch, self.lr, self.epoch_rng = 0, 0.0, None
 
     def begin(self, epoch: int, lr: float, epoch_rng) -> None:
@@ -45,4 +46,11 @@ class StepSaver:
             self.files.write_inside(state, where)
         if stopping:
             STOP.raised = True  # another signal while the run stops is ignored
+            raise Stopped(STOP.signum)
+
+    def stop_if_asked(self) -> None:
+        """After an epoch's writes: a SIGTERM or SIGHUP that came during validation or the
+        writes stops the run here, and the epoch is written on the way out (EpochsEnd)."""
+        if STOP.signum is not None:
+            STOP.raised = True
             raise Stopped(STOP.signum)

@@ -17,10 +17,11 @@ class Interrupted(KeyboardInterrupt):
     in, the signal that stopped it and, after a SIGTERM, the step it saved (C5)."""
 
     def __init__(
-        self, epoch: int, saved: bool, signum: int = signal.SIGINT, step: str = ""
+        self, epoch: int, last: str, saved: bool, signum: int = signal.SIGINT, step: str = ""
     ) -> None:
         super().__init__(epoch)
         self.epoch = epoch
+        self.last = last  # the run's last.pt
         self.saved = saved  # whether last.pt holds an epoch of this run to resume from
         self.signum = signum
         self.step = step  # "step 40 of 100", where a mid-epoch checkpoint was written
@@ -96,6 +97,17 @@ def stop_message(signum: int, epoch: int | None, step: str = "") -> str:
     if signum == getattr(signal, "SIGPIPE", 13):
         return f"stopped {where}: its output was closed (SIGPIPE)"
     return f"stopped by {signal.Signals(signum).name} {where}"
+
+
+def stopped_line(err: KeyboardInterrupt, command: str) -> str:
+    """The one line of a stopped run: how and where it stopped, and what to do next."""
+    if not isinstance(err, Interrupted):  # before the epochs began
+        return f"{stop_message(stop_signal(err), None)}; nothing was saved"
+    if err.saved:
+        hint = f"resume with {command} --resume {err.last}"
+    else:
+        hint = "no epoch was saved, so start the run again"
+    return f"{stop_message(err.signum, err.epoch, err.step)}; {hint}"
 
 
 def broken_weights(model: torch.nn.Module) -> list[str]:

@@ -10,13 +10,10 @@ import torch
 
 from .augment import channel_stats, crop_and_flip, normalize
 from .checkpoint import content_digest
+from .decoding import decode_all
 from .distributed import ONE_PROCESS, Context, shard_training, shard_validation
-from .images import (
-    decode_all,
-    labelled_images,
-    load_image_folder,
-    unlabelled_images,
-)
+from .image_files import labelled_images, unlabelled_images
+from .images import load_image_folder
 from .inputs import DataError
 from .interface import UnknownLabel
 from .preprocessing import checked_entries, describe_preprocessing

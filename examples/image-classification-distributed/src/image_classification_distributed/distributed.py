@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from .inputs import DataError
+
 
 @dataclass(frozen=True)
 class Context:
@@ -185,6 +187,30 @@ def shard_validation(order: torch.Tensor, ctx: Context) -> torch.Tensor:
     return order[ctx.rank :: ctx.world_size]
 
 
+def check_shares(data, ctx: Context) -> None:
+    """Refuse splits with fewer samples than processes: each process needs at least one."""
+    for name, split in (("training", data.train), ("validation", data.val)):
+        if len(split.targets) < ctx.world_size:
+            raise DataError(
+                f"the {name} split has {len(split.targets)} samples, fewer than the "
+                f"{ctx.world_size} processes; each process needs at least one"
+            )
+
+
+def data_parallel(module: torch.nn.Module, device: torch.device, ctx: Context) -> torch.nn.Module:
+    """What training calls: under torchrun the DDP wrapper, which broadcasts rank 0's weights
+    to every rank (M6) and exchanges the gradients in backward; in one process the module.
+
+    Validation and checkpoints use the plain module: no hang on uneven validation shards, no
+    "module." prefix in the saved state (M5)."""
+    if not ctx.launched:
+        return module
+    ids = [device.index] if device.type == "cuda" else None
+    trainer = DistributedDataParallel(module, device_ids=ids)
+    average_by_samples(trainer)  # M2: the whole global batch's gradient, uneven parts too
+    return trainer
+
+
 class SampleCount:
     """The number of samples in the model's last forward pass: the first input's length."""
 
@@ -298,3 +324,13 @@ def share_outcome(ctx: Context, action):
     if error is not None:
         raise error
     return result
+
+
+def tells_how_it_stopped() -> bool:
+    """Rank 0 alone says how a stopped run ended (M5): the other ranks, which write nothing,
+    could only repeat its line or contradict it. When torchrun is gone, it says so first."""
+    if launched_rank() != 0:
+        return False
+    if gone := launcher_gone():
+        print(f"error: {gone}; stopping", file=sys.stderr)
+    return True

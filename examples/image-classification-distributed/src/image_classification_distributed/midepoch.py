@@ -3,7 +3,7 @@
 import torch
 
 from .distributed import Context, gather, max_over_ranks, sum_over_ranks
-from .engine import EpochProgress
+from .progress import EpochProgress
 from .run_files import RunWriter
 from .state import TrainingState
 from .stopping import STOP, Stopped, broken_weights
@@ -22,6 +22,7 @@ class StepSaver:
         self, training: TrainingState, files: RunWriter, ctx: Context, device: torch.device
     ) -> None:
         self.training, self.files, self.ctx, self.device = training, files, ctx, device
+        self.writes = ctx.is_main  # M5: rank 0 alone writes the run's files
         self.epoch, self.lr, self.epoch_rng = 0, 0.0, None
 
     def begin(self, epoch: int, lr: float, epoch_rng) -> None:
@@ -76,3 +77,12 @@ class StepSaver:
         if stopping:
             STOP.raised = True  # another signal while the run stops is ignored
             raise Stopped(STOP.signum)
+
+    def stop_if_asked(self) -> None:
+        """After an epoch's writes: a SIGTERM or SIGHUP that came during validation or the
+        writes stops the run here, and the epoch is written on the way out (EpochsEnd)."""
+        # M8: every rank together, on any rank's signal.
+        asked = torch.tensor([STOP.signum or 0], device=self.device).double()
+        if signum := int(max_over_ranks(asked).item()):
+            STOP.raised = True
+            raise Stopped(signum)

@@ -3,7 +3,7 @@ preprocessing written out for a serving system."""
 
 import torch
 
-from .images import BACKGROUND
+from .decoding import BACKGROUND
 
 
 def checked_entries(state: dict) -> tuple[list[int], torch.Tensor, torch.Tensor]:

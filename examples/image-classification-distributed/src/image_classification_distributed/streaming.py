@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .augment import channel_stats
-from .images import decode_image
+from .decoding import decode_image
 from .inputs import DataError
 
 

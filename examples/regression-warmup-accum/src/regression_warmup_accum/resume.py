@@ -13,9 +13,10 @@ from .checkpoint import (
     TRAINING_RUN_HINT,
     CheckpointError,
     link_checkpoint,
+    load_checkpoint,
     require_keys,
 )
-from .config import Config, ConfigError
+from .config import Config, ConfigError, load_config
 
 # What a checkpoint must match to be resumed here: this project and the options it was
 # rendered with (another scheduler's state would load silently and train at a wrong rate).
@@ -46,6 +47,24 @@ CHANGEABLE_ON_RESUME = (
     "checkpoint_every_steps",
     "val_batch_size",
 )
+
+
+def checkpoint_to_resume(
+    resume: str | None, config: str | None, overrides: list[str]
+) -> tuple[dict | None, dict | None, str | None]:
+    """--resume's checkpoint, checked; the settings a resumed run starts from (the checkpoint's,
+    in its own folder); and its path. None for each when a new run starts.
+
+    "auto" is one command for every start of a job that restarts (torchrun --max-restarts, a
+    requeued SLURM job): --out's last.pt if there is one, else a new run there."""
+    if resume == "auto":
+        last = Path(load_config(config, overrides).out) / "last.pt"
+        resume = str(last) if last.is_file() else None
+    if not resume:
+        return None, None, None
+    checkpoint = load_checkpoint(resume)
+    check_checkpoint(checkpoint, resume)
+    return checkpoint, {**checkpoint["config"], "out": str(Path(resume).parent)}, resume
 
 
 def check_checkpoint(checkpoint: dict, path: str | Path) -> None:
@@ -136,6 +155,17 @@ def relink_best(checkpoint: dict, path: Path, out: Path) -> None:
         link_checkpoint(last, best)
 
 
+def restore(cfg: Config, training, checkpoint: dict, path: Path, data) -> dict | None:
+    """S5: the run's whole state from `checkpoint` (read from `path`) into `training` (its
+    TrainingState), on the data it was trained on, then the settings this resume changed.
+    Returns where a mid-epoch checkpoint stopped (C5), None after a whole epoch."""
+    check_same_data(checkpoint, data, path)
+    position = training.load_state_dict(checkpoint, path)
+    print(apply_resume_settings(cfg, checkpoint, training), flush=True)
+    relink_best(checkpoint, path, Path(cfg.out))
+    return position
+
+
 def check_same_data(checkpoint: dict, data, path: Path) -> None:
     """Refuse to resume on data other than the run's (a CSV file edited since, for instance)."""
     saved = checkpoint["data"] if isinstance(checkpoint["data"], dict) else {}
@@ -161,15 +191,15 @@ def check_same_data(checkpoint: dict, data, path: Path) -> None:
         )
 
 
-def apply_resume_settings(
-    cfg: Config, checkpoint: dict, optimizer: torch.optim.Optimizer, scheduler
-) -> str:
+def apply_resume_settings(cfg: Config, checkpoint: dict, training) -> str:
     """Put the settings a resumed run changed into the restored optimizer and scheduler.
 
-    Returns the line that says what changed. The optimizer's and scheduler's states hold the
-    old values, so without this a new lr would be recorded in the checkpoint but not used.
+    `training` is the run's TrainingState. Returns the line that says what changed. The
+    optimizer's and scheduler's states hold the old values, so without this a new lr would be
+    recorded in the checkpoint but not used.
     """
     saved, epoch = checkpoint["config"], checkpoint["epoch"]
+    optimizer, scheduler = training.optimizer, training.scheduler  # a TrainingState
     changed = [key for key in CHANGEABLE_ON_RESUME if saved.get(key) != getattr(cfg, key, None)]
     for group in optimizer.param_groups:
         group["weight_decay"] = cfg.weight_decay

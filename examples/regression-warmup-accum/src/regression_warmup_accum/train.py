@@ -7,54 +7,30 @@ import sys
 import time
 from pathlib import Path
 
-from . import tracking
-from .checkpoint import CheckpointError, load_checkpoint, output_closed, remove_stale_temporaries
+from . import console, resume, tracking
+from .checkpoint import CheckpointError, output_closed
 from .config import Config, ConfigError, dump_config, load_config
-from .console import (
-    describe_size,
-    epoch_bar,
-    format_row,
-    load_summary_writer,
-    log_epoch,
-    summary_line,
-)
 from .data import DATA_FLAGS, Batches, DataError, load_data
 from .device import resolve_device
-from .engine import EpochProgress, NonFiniteLoss, evaluate, train_one_epoch
+from .ending import EpochsEnd
+from .engine import NonFiniteLoss, evaluate, train_one_epoch
 from .midepoch import StepSaver
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
 from .plot import PlotError, have_matplotlib, write_curves
-from .resume import (
-    apply_resume_settings,
-    check_checkpoint,
-    check_resume_settings,
-    check_same_data,
-    relink_best,
-)
+from .progress import EpochProgress
 from .run_files import RunWriter, prepare_out, remove_empty_folders
 from .seed import seed_everything
 from .state import TrainingState
-from .stopping import (
-    STOP,
-    Interrupted,
-    Stopped,
-    TrainingDiverged,
-    broken_weights,
-    caused_by_ctrl_c,
-    stop_message,
-    stop_on_signals,
-    stop_signal,
-)
+from .stopping import TrainingDiverged, broken_weights, stop_on_signals, stop_signal, stopped_line
 from .task import METRICS
 
-# Exit codes of `python -m ...train`, as the README lists them.
+# Exit codes of `python -m ...train`, as docs/failures.md lists them.
 EXIT_INPUT = 2  # a setting, data file, checkpoint or output folder that cannot be used
 EXIT_DIVERGED = 3  # a loss became inf or nan; last.pt keeps the last good epoch
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
-# STOP_SIGNALS (SIGTERM, SIGHUP: checkpoint.py) stop a run as Ctrl-C does; each exits 128 + its
-# number, as shells report it: 143 and 129. stdout's reader gone (`train ... | head`) stops it
-# too, with 141 (SIGPIPE).
+# SIGTERM and SIGHUP stop a run as Ctrl-C does and exit 128 + their number, as shells report it
+# (143, 129); stdout's reader gone (`train ... | head`) stops it too, with 141 (SIGPIPE).
 
 
 def fit(
@@ -65,27 +41,24 @@ def fit(
 ) -> dict:
     """Train as configured, resuming from `checkpoint` if given; returns the model and history.
 
-    A fresh run replaces the run files already in cfg.out; with overwrite=False (the command
-    line without --overwrite) it refuses to start instead. With tracking = "mlflow", the
-    result's "tracker" is its MLflow run, left open for its files: run() draws curves.png, then
-    ends it with result["tracker"].end().
-    """
+    A fresh run replaces the run files in cfg.out; with overwrite=False it refuses to instead.
+    With tracking = "mlflow", result["tracker"] is its MLflow run, left open: run() ends it."""
     out = Path(cfg.out)
     checkpoint_path = Path(checkpoint_path or out / "last.pt")
     if checkpoint is not None:
-        check_checkpoint(checkpoint, checkpoint_path)
-        check_resume_settings(cfg, checkpoint, checkpoint_path)
+        resume.check_checkpoint(checkpoint, checkpoint_path)
+        resume.check_resume_settings(cfg, checkpoint, checkpoint_path)
     # An optional extra: imported only when asked for, and refused before --out is touched.
-    summary_writer = load_summary_writer() if cfg.tensorboard else None
-    val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
+    open_writer = console.load_summary_writer() if cfg.tensorboard else None
+    device = resolve_device(cfg.device)
     # MLflow too, and a server it cannot reach is refused before --out is touched.
     store = tracking.connect(out) if cfg.tracking == "mlflow" else None
     prepare_out(out, overwrite=overwrite, checkpoint=checkpoint, checkpoint_path=checkpoint_path)
 
     seed_everything(cfg.seed, cfg.deterministic)  # S1: before any data, weights or batch order
-    device = resolve_device(cfg.device)
 
     data = load_data(cfg)
+    val_batch_size = cfg.val_batch_size or 4 * cfg.batch_size
     train_batches = Batches(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed, device=device)
     val_batches = Batches(data.val, val_batch_size, shuffle=False, device=device)
 
@@ -104,47 +77,37 @@ def fit(
         steps_per_epoch=steps_per_epoch,
         fixed={"config": dataclasses.asdict(cfg), "data": data.state_dict()},
     )
-    print(describe_size(model, training.unchanging_parts()), flush=True)
+    print(console.describe_size(model, training.unchanging_parts()), flush=True)
 
     progress = None  # the epoch in progress, when a resume goes on inside one (C5)
     if checkpoint is not None:
-        check_same_data(checkpoint, data, checkpoint_path)
-        position = training.load_state_dict(checkpoint, checkpoint_path)
+        position = resume.restore(cfg, training, checkpoint, checkpoint_path, data)
         if position is not None:  # C5: the epoch goes on with its losses, rate and batch order
             progress = EpochProgress(position["progress"], device)
             lr, epoch_rng = position["lr"], position["batch_rng"]
-        print(apply_resume_settings(cfg, checkpoint, optimizer, scheduler), flush=True)
-        relink_best(checkpoint, checkpoint_path, out)
 
     start_epoch = training.epochs_done + 1
     show_bar = cfg.progress and sys.stderr.isatty()  # a bar only where someone watches it
-    writer = None
-    if summary_writer is not None:
-        # One step per epoch; purge_step hides the events an earlier run in this folder logged
-        # from this epoch on (those a resumed run trains again, or an overwritten run's).
-        writer = summary_writer(str(out / "tensorboard"), purge_step=start_epoch)
+    writer = open_writer(out, start_epoch) if open_writer else None
     # The MLflow run: the checkpoint's, continued, or a new one (nothing trains before it).
     tracker = tracking.start_run(store, cfg, checkpoint) if store is not None else None
     if tracker is not None:  # in every checkpoint: a later resume with tracking continues it
         training.mlflow_run_id = tracker.run_id
 
     # MLflow gets each epoch once last.pt holds it: a killed run leaves it behind, never ahead.
-    log_epochs = tracker.log_epochs if tracker is not None else None
     files = RunWriter(
         out,
         cfg.checkpoint_every_s,
         start_epoch - 1,
-        after_write=log_epochs,
+        after_write=tracker.log_epochs if tracker is not None else None,
         every_steps=cfg.checkpoint_every_steps,
         saved_step=(start_epoch - 1) * steps_per_epoch + (progress.steps if progress else 0),
     )
     save_inside = StepSaver(training, files)  # C5: after each optimizer step
 
-    epoch, bar = start_epoch, None
     # C5: from here a SIGTERM or SIGHUP waits for the end of an optimizer step or of an epoch,
-    # where the run saves and every rank stops together.
-    STOP.deferring = True
-    try:
+    # where the run saves and every rank stops together; EpochsEnd reports what cut them short.
+    with EpochsEnd(save_inside, tracker, writer, start_epoch) as end:
         for epoch in range(start_epoch, cfg.epochs + 1):
             started = time.perf_counter()
             if progress is None:  # a new epoch; a resumed one goes on from its checkpoint (C5)
@@ -153,7 +116,7 @@ def fit(
                 epoch_rng = train_batches.generator.get_state()  # C5: its order, for a resume
             save_inside.begin(epoch, lr, epoch_rng)
             if show_bar:
-                bar = epoch_bar(epoch, cfg.epochs, steps_per_epoch, done=progress.steps)
+                end.bar = console.epoch_bar(epoch, cfg.epochs, steps_per_epoch, done=progress.steps)
             train = train_one_epoch(
                 model,
                 train_batches,
@@ -161,19 +124,16 @@ def fit(
                 data.task,
                 max_grad_norm=cfg.max_grad_norm,
                 grad_accum=cfg.grad_accum,
-                bar=bar,
+                bar=end.bar,
                 schedule=scheduler,  # R7: stepped after each optimizer step
                 progress=progress,
                 after_step=save_inside,
             )
-            # A SIGTERM after the epoch's last step (under torchrun, after the ranks last
-            # agreed): saved with every step done, before validation, and the run stops.
+            # C5: a SIGTERM after the epoch's last step saves it whole, before validation.
             save_inside(progress, trained=True)
             progress = None
-            if bar is not None:
-                bar.close()  # the epoch's line takes its place
-            # A model left broken (e.g. BatchNorm's running variance overflowed while the loss
-            # stayed finite) is a training failure: checked before validation, which sees only nan.
+            end.close_bar()  # the epoch's line takes its place
+            # Weights left non-finite (BatchNorm's variance can overflow, the loss finite) fail.
             broken = broken_weights(model)
             if broken:
                 raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
@@ -186,53 +146,17 @@ def fit(
             row.update({f"val_{name}": val[name] for name in METRICS})
             training.history.append(row)
             if writer is not None:
-                log_epoch(writer, row)
+                console.log_epoch(writer, row)
 
             state = training.state_dict(epoch)
-            files.end_epoch(state, improved, final=epoch == cfg.epochs)
+            final = epoch == cfg.epochs
+            files.end_epoch(state, improved, final=final)
             seconds = time.perf_counter() - started
-            print(format_row(row, improved, seconds, cfg.epochs), flush=True)
-            # A SIGTERM during validation or the epoch's writes: the epoch is written by the
-            # flush below.
-            if epoch < cfg.epochs and STOP.signum is not None:
-                STOP.raised = True
-                raise Stopped(STOP.signum)
-    except (KeyboardInterrupt, RuntimeError, BrokenPipeError) as err:
-        # Ctrl-C, SIGTERM or SIGHUP (Stopped), or stdout's reader gone: a stop, not a failure.
-        if not caused_by_ctrl_c(err) and not isinstance(err, BrokenPipeError):
-            raise
-        files.flush_or_keep()  # the last finished epoch, if it was kept in memory
-        # last.pt is whole (C2) and, as prepare_out checked, this run's, if it exists at all.
-        # A Ctrl-C that lands between creating a temporary file and its cleanup can leave it.
-        remove_stale_temporaries(out)
-        saved = (out / "last.pt").exists()
-        if tracker is not None:
-            tracker.end("KILLED")  # the files saved so far; a second Ctrl-C skips them
-        step = files.saved_inside if saved else ""  # C5: a SIGTERM's mid-epoch checkpoint
-        raise Interrupted(epoch, saved=saved, signum=stop_signal(err), step=step) from None
-    except OSError as err:  # a full disk, or --out removed during the run
-        if tracker is not None:
-            tracker.end("FAILED")
-        raise ConfigError(
-            f"cannot write to --out {out} at epoch {epoch}: {err.strerror}; {files.kept()}"
-        ) from None
-    except NonFiniteLoss as err:
-        step = f", step {err.step} of {steps_per_epoch}" if err.step else ""  # optimizer steps
-        files.flush_or_keep()  # the last good epoch, if it was kept in memory
-        if tracker is not None:
-            tracker.end("FAILED")
-        raise TrainingDiverged(
-            f"{err} at epoch {epoch}{step}; the run stopped and {files.kept()}; lower the "
-            f"learning rate (lr {lr:.2e}) or check the data for extreme values"
-        ) from None
-    finally:
-        STOP.deferring = False
-        if bar is not None:  # an epoch cut short: its bar goes before the error's line
-            bar.close()
-        if writer is not None:
-            writer.close()
+            print(console.format_row(row, improved, seconds, cfg.epochs), flush=True)
+            if not final:  # a SIGTERM during validation or the writes stops the run here
+                save_inside.stop_if_asked()
     return {
-        "model": model,
+        "model": model,  # the weights validation judged (E2: with EMA, their average)
         "history": training.history,
         "best_epoch": training.best_epoch,
         "best_val_loss": training.best_val_loss,
@@ -286,20 +210,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    restore = stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
+    status = None
+    restore_handlers = stop_on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
     try:
         status = run(argv)
         sys.stdout.flush()  # buffered output meets a closed pipe here, not at exit (120)
         return status
     except BrokenPipeError:  # stdout's reader went away outside the epochs: nothing to save
-        return output_closed()
+        status = output_closed()
+        return status
     finally:
-        restore()
-
-
-def tells_how_it_stopped() -> bool:
-    """One process: it always says how a stopped run ended."""
-    return True
+        restore_handlers()
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -309,19 +230,10 @@ def run(argv: list[str] | None = None) -> int:
         f"{name}={getattr(args, name)}" for name in flags if getattr(args, name) is not None
     ]
     try:
-        checkpoint, base, resume = None, None, args.resume
-        if resume and args.overwrite:
+        if args.resume and args.overwrite:
             raise ConfigError("--overwrite starts a fresh run; leave it out with --resume")
-        if resume == "auto":
-            # The same command for every start of a job that restarts (torchrun --max-restarts,
-            # a requeued SLURM job): --out's last.pt if there is one, else a new run there.
-            last = Path(load_config(args.config, overrides).out) / "last.pt"
-            resume = str(last) if last.is_file() else None
-        if resume:
-            checkpoint = load_checkpoint(resume)
-            check_checkpoint(checkpoint, resume)
-            # A resumed run starts from the settings it was saved with, in its own folder.
-            base = {**checkpoint["config"], "out": str(Path(resume).parent)}
+        # A resumed run starts from the settings it was saved with, in its own folder.
+        checkpoint, base, path = resume.checkpoint_to_resume(args.resume, args.config, overrides)
         cfg = load_config(args.config, overrides, base=base)
         if args.print_config:
             print(dump_config(cfg), end="")
@@ -330,7 +242,7 @@ def run(argv: list[str] | None = None) -> int:
         created = [folder for folder in (out, *out.parents) if not folder.exists()]
         started = time.perf_counter()
         try:
-            result = fit(cfg, checkpoint, resume, overwrite=args.overwrite)
+            result = fit(cfg, checkpoint, path, overwrite=args.overwrite)
         except BaseException:
             remove_empty_folders(created)  # a run that saved nothing leaves no empty --out
             raise
@@ -348,21 +260,10 @@ def run(argv: list[str] | None = None) -> int:
     except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_DIVERGED
-    except Interrupted as err:
-        if err.saved:
-            last = Path(cfg.out) / "last.pt"
-            hint = f"resume with python -m {__package__}.train --resume {last}"
-        else:
-            hint = "no epoch was saved, so start the run again"
-        if tells_how_it_stopped():
-            print(f"{stop_message(err.signum, err.epoch, err.step)}; {hint}", file=sys.stderr)
-        return 128 + err.signum  # EXIT_INTERRUPTED for Ctrl-C
-    except KeyboardInterrupt as err:
-        signum = stop_signal(err)
-        if tells_how_it_stopped():
-            print(f"{stop_message(signum, None)}; nothing was saved", file=sys.stderr)
-        return 128 + signum
-    print(summary_line(result, seconds, cfg.out))
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP; Interrupted once training began
+        print(stopped_line(err, f"python -m {__package__}.train"), file=sys.stderr)
+        return 128 + stop_signal(err)  # EXIT_INTERRUPTED for Ctrl-C
+    print(console.summary_line(result, seconds, cfg.out))
     return 0
 
 

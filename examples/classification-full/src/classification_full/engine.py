@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from .interface import Task
 from .progress import EpochProgress, EpochSums
 
 # A diverged run stops within this many steps instead of at the end of a long epoch. Reading
@@ -26,7 +27,7 @@ def train_one_epoch(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
-    task,
+    task: Task,
     scaler: torch.amp.GradScaler,
     amp_dtype: torch.dtype,
     max_grad_norm: float,
@@ -105,7 +106,7 @@ def applied_updates(optimizer: torch.optim.Optimizer) -> int:
 def evaluate(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    task,
+    task: Task,
     amp_dtype: torch.dtype,
 ) -> dict[str, float]:
     """Per-sample mean loss and task metrics over `batches`, in eval mode."""

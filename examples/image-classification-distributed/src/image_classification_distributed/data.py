@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from . import interface
 from .augment import channel_stats, crop_and_flip, normalize
 from .checkpoint import content_digest
 from .decoding import decode_all
@@ -230,7 +231,7 @@ class NewData:
         self.mean, self.std = mean, std
         self.workers = cfg.workers
 
-    def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
+    def read(self, path: str, task: interface.Task, labelled: bool) -> tuple[list[str], Split]:
         """An image file, or every image below a folder (ids: their paths inside it).
 
         labelled: the folder holds one folder per class, named as in training; a class the

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .inputs import DataError
+from .interface import Data
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def shard_validation(order: torch.Tensor, ctx: Context) -> torch.Tensor:
     return order[ctx.rank :: ctx.world_size]
 
 
-def check_shares(data, ctx: Context) -> None:
+def check_shares(data: Data, ctx: Context) -> None:
     """Refuse splits with fewer samples than processes: each process needs at least one."""
     for name, split in (("training", data.train), ("validation", data.val)):
         if len(split.targets) < ctx.world_size:
@@ -320,7 +321,8 @@ def share_outcome(ctx: Context, action):
         dist.broadcast_object_list(sent, src=0)
         error = sent[0]
         if error is not None and not ctx.is_main:
-            error.told_by_rank_0 = True  # one line of it on stderr, rank 0's
+            # One line of it on stderr, rank 0's (an attribute of this error only).
+            error.told_by_rank_0 = True  # type: ignore[attr-defined]
     if error is not None:
         raise error
     return result

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from .distributed import sum_over_ranks
+from .interface import Task
 from .progress import EpochProgress, EpochSums
 
 # A diverged run stops within this many steps instead of at the end of a long epoch. Reading
@@ -27,7 +28,7 @@ def train_one_epoch(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
-    task,
+    task: Task,
     bar=None,
     progress: EpochProgress | None = None,
     after_step: Callable[[EpochProgress], None] | None = None,
@@ -94,7 +95,7 @@ def show_progress(bar, losses: list) -> None:
 def evaluate(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    task,
+    task: Task,
 ) -> dict[str, float]:
     """Per-sample mean loss and task metrics over `batches`, in eval mode."""
     model.eval()  # R10: dropout off, as at inference

@@ -3,12 +3,13 @@
 import torch
 
 from .distributed import sum_over_ranks
+from .interface import Task
 
 
 class EpochSums:
     """Per-sample sums of the loss and the task's statistics, kept on the device (R11, R12)."""
 
-    def __init__(self, task) -> None:
+    def __init__(self, task: Task) -> None:
         self.task = task
         self.totals: dict[str, torch.Tensor] = {}
         self.count = 0
@@ -27,6 +28,7 @@ class EpochSums:
         keys = list(self.totals)
         # M3: sums and counts of every rank added first, then divided: one collective.
         sums = [self.totals[key].double() for key in keys]
+        count: torch.Tensor | int  # the count of every rank, then that count as an int
         count = torch.tensor(float(self.count), dtype=torch.float64, device=sums[0].device)
         values = sum_over_ranks(torch.stack([*sums, count])).tolist()
         count = int(values.pop())

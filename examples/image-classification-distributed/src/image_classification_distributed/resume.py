@@ -19,6 +19,7 @@ from .checkpoint import (
 )
 from .config import Config, ConfigError, load_config
 from .distributed import Context, gather
+from .interface import Data
 
 # What a checkpoint must match to be resumed here: this project and the options it was
 # rendered with (another scheduler's state would load silently and train at a wrong rate).
@@ -192,7 +193,8 @@ def check_same_start(ctx: Context, checkpoint: dict | None, path: Path) -> None:
         "each machine sees it); every machine must read the same checkpoint: keep --out on a "
         "file system they share"
     )
-    error.told_by_rank_0 = not ctx.is_main  # one line on stderr, rank 0's
+    # One line on stderr, rank 0's (an attribute of this error only: hence the ignore).
+    error.told_by_rank_0 = not ctx.is_main  # type: ignore[attr-defined]
     raise error
 
 
@@ -241,7 +243,9 @@ def relink_best(checkpoint: dict, path: Path, out: Path) -> None:
         link_checkpoint(last, best)
 
 
-def restore(cfg: Config, training, checkpoint: dict, path: Path, data, ctx: Context) -> dict | None:
+def restore(
+    cfg: Config, training, checkpoint: dict, path: Path, data: Data, ctx: Context
+) -> dict | None:
     """S5: the run's whole state from `checkpoint` (read from `path`) into `training` (its
     TrainingState), on the data it was trained on, then the settings this resume changed.
     Returns where a mid-epoch checkpoint stopped (C5), None after a whole epoch."""
@@ -256,7 +260,7 @@ def restore(cfg: Config, training, checkpoint: dict, path: Path, data, ctx: Cont
     return position
 
 
-def check_same_data(checkpoint: dict, data, path: Path) -> None:
+def check_same_data(checkpoint: dict, data: Data, path: Path) -> None:
     """Refuse to resume on data other than the run's (a CSV file edited since, for instance)."""
     saved = checkpoint["data"] if isinstance(checkpoint["data"], dict) else {}
 

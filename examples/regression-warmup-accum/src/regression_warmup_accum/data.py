@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import interface
 from .checkpoint import content_digest
 from .encoding import MISSING, UNKNOWN, Columns, Encoding
 from .inputs import DataError
@@ -197,7 +198,7 @@ class NewData:
         self.target = cfg.target.strip()
         self.input_shape = self.encoding.input_shape
 
-    def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
+    def read(self, path: str, task: interface.Task, labelled: bool) -> tuple[list[str], Split]:
         """The rows of a CSV or Parquet file; ids are row numbers (1: the first data row).
 
         Feature columns are found by name, in any order; other columns are ignored, and so is

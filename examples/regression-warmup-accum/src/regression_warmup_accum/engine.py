@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 from torch import nn
 
+from .interface import Task
 from .progress import EpochProgress, EpochSums
 
 # A diverged run stops within this many steps instead of at the end of a long epoch. Reading
@@ -26,7 +27,7 @@ def train_one_epoch(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
-    task,
+    task: Task,
     max_grad_norm: float,
     grad_accum: int = 1,
     bar=None,
@@ -120,7 +121,7 @@ def show_progress(bar, losses: list) -> None:
 def evaluate(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    task,
+    task: Task,
 ) -> dict[str, float]:
     """Per-sample mean loss and task metrics over `batches`, in eval mode."""
     model.eval()  # R10: dropout off, as at inference

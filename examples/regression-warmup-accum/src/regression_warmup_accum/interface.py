@@ -55,16 +55,31 @@ class UnknownLabel(ValueError):
 class Split(Protocol):
     """One part of the data: its samples, in a fixed order."""
 
+    # Read-only (a property here), so that a split may declare a narrower type of its own.
+    @property
+    def targets(self) -> torch.Tensor:
+        """One value per sample, encoded for the task (their count: the split's length)."""
+
     def __len__(self) -> int: ...
 
 
 class Data(Protocol):
     """The data of a run, split for training and validation."""
 
-    train: Split
-    val: Split
-    task: Task
-    input_shape: tuple[int, ...]  # of one sample, as the model receives it
+    # Read-only members (properties here): a protocol's plain attribute is settable, so a type
+    # checker would require the very types above of a task's own Data, not types that fit them.
+    @property
+    def train(self) -> Split: ...
+
+    @property
+    def val(self) -> Split: ...
+
+    @property
+    def task(self) -> Task: ...
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Of one sample, as the model receives it."""
 
     def state_dict(self) -> dict:
         """Training statistics and names a checkpoint keeps, so a resume can check its data."""
@@ -73,7 +88,9 @@ class Data(Protocol):
 class NewData(Protocol):
     """Files the model has not seen, read with the preprocessing its training run saved."""
 
-    input_shape: tuple[int, ...]  # of one sample, as the model receives it
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Of one sample, as the model receives it (read-only: see Data)."""
 
     def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
         """An id per sample (row number or file path) and the samples, in the file's order.

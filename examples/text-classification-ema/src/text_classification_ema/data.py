@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from . import interface
 from .checkpoint import content_digest
 from .documents import (
     TEXT_SUFFIXES,
@@ -206,7 +207,7 @@ class NewData:
         self.input_shape = (self.max_length, len(self.vocabulary))
         self.text_column, self.target = cfg.text_column, cfg.target
 
-    def read(self, path: str, task: Task, labelled: bool) -> tuple[list[str], Split]:
+    def read(self, path: str, task: interface.Task, labelled: bool) -> tuple[list[str], Split]:
         """A CSV file (ids: row numbers, 1 the first after the header), one .txt file, or a
         folder: of .txt files anywhere below it (ids: their paths inside it), or, labelled, of
         one folder of .txt files per class, named as in training."""

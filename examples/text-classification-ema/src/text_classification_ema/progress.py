@@ -2,11 +2,13 @@
 
 import torch
 
+from .interface import Task
+
 
 class EpochSums:
     """Per-sample sums of the loss and the task's statistics, kept on the device (R11, R12)."""
 
-    def __init__(self, task) -> None:
+    def __init__(self, task: Task) -> None:
         self.task = task
         self.totals: dict[str, torch.Tensor] = {}
         self.count = 0

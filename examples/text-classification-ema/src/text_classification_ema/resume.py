@@ -17,6 +17,7 @@ from .checkpoint import (
     require_keys,
 )
 from .config import Config, ConfigError, load_config
+from .interface import Data
 
 # What a checkpoint must match to be resumed here: this project and the options it was
 # rendered with (another scheduler's state would load silently and train at a wrong rate).
@@ -182,7 +183,7 @@ def relink_best(checkpoint: dict, path: Path, out: Path) -> None:
         link_checkpoint(last, best)
 
 
-def restore(cfg: Config, training, checkpoint: dict, path: Path, data) -> dict | None:
+def restore(cfg: Config, training, checkpoint: dict, path: Path, data: Data) -> dict | None:
     """S5: the run's whole state from `checkpoint` (read from `path`) into `training` (its
     TrainingState), on the data it was trained on, then the settings this resume changed.
     Returns where a mid-epoch checkpoint stopped (C5), None after a whole epoch."""
@@ -193,7 +194,7 @@ def restore(cfg: Config, training, checkpoint: dict, path: Path, data) -> dict |
     return position
 
 
-def check_same_data(checkpoint: dict, data, path: Path) -> None:
+def check_same_data(checkpoint: dict, data: Data, path: Path) -> None:
     """Refuse to resume on data other than the run's (a CSV file edited since, for instance)."""
     saved = checkpoint["data"] if isinstance(checkpoint["data"], dict) else {}
 

@@ -75,7 +75,6 @@ def fit(
     optimizer = build_optimizer(model, cfg)
     steps_per_epoch = len(train_batches)  # one optimizer step per batch
     scheduler = build_scheduler(optimizer, cfg)
-    validated = compiled  # K1: the compiled forward pass
     amp_dtype = autocast_dtype(cfg.amp_dtype, device)
     # R6: fp16 needs loss scaling to keep small gradients; bf16 has fp32's range and needs none.
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
@@ -148,7 +147,7 @@ def fit(
             broken = broken_weights(model)
             if broken:
                 raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
-            val = evaluate(validated, val_batches, data.task, amp_dtype=amp_dtype)
+            val = evaluate(compiled, val_batches, data.task, amp_dtype=amp_dtype)
             if not math.isfinite(val["loss"]):
                 raise NonFiniteLoss("validation", val["loss"])
             scheduler.step(val["loss"])  # R8: once per epoch, with this epoch's validation loss

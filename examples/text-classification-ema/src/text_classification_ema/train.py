@@ -71,7 +71,6 @@ def fit(
     # E2: the average of the weights is what validation judges, best.pt keeps and predict uses.
     # It follows the plain module (under torchrun, rank 0's weights, broadcast by the wrapper).
     ema = WeightAverage(model, cfg.ema_decay)
-    validated = ema.module
     training = TrainingState(
         model=model,
         optimizer=optimizer,
@@ -139,7 +138,8 @@ def fit(
             broken = broken_weights(model)
             if broken:
                 raise NonFiniteLoss("training", "inf or nan", what=f"left {broken[0]}, which")
-            val = evaluate(validated, val_batches, data.task)
+            # E2: judged on the averaged weights, the ones best.pt keeps and predict uses.
+            val = evaluate(ema.module, val_batches, data.task)
             if not math.isfinite(val["loss"]):
                 raise NonFiniteLoss("validation", val["loss"])
             scheduler.step(val["loss"])  # R8: once per epoch, with this epoch's validation loss

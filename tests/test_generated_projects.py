@@ -44,10 +44,21 @@ ALL = "probe or not probe"
 # average is validated (validation saw only its nan).
 KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 # Generated tests that fail now and then, left out of the proof tier's suites on every
-# combination until fixed (a flaky test cannot be checked to fail still). None now: the
-# SIGTERM-to-torchrun race (rank 1, stopping first, removed rank 0's temporary file or the
-# empty --out while rank 0 saved into it) was fixed on 2026-12-03.
-KNOWN_FLAKY: tuple[str, ...] = ()
+# combination until fixed (a flaky test cannot be checked to fail still). The SIGTERM-to-
+# torchrun race of 2026-12-03 (rank 1, stopping first, removed rank 0's temporary file or the
+# empty --out while rank 0 saved into it) is fixed.
+# One now, found by a fresh-clone CI run on 2026-12-08 (reg-plateau-amp-clip-es-ddp-ema-
+# ga3-wu4; it passed in the other runs of that day and in stop 41's CI). After an agreed stop
+# on rank 1's SIGHUP, rank 1 exits (129) while rank 0 still writes the step's checkpoint;
+# torchrun then sends SIGTERM to rank 0, which takes it for a second signal and stops
+# mid-write ("stopped by SIGTERM ..., no epoch was saved"). A product race of the launcher,
+# not of the test: the fix is for ranks that stopped together to wait for each other before
+# they exit (a barrier in distributed.stop after an agreed stop). The [agreeing] case, which
+# tests/mutants.py's M8 mutant runs, stays in.
+KNOWN_FLAKY: tuple[str, ...] = (
+    "tests/test_distributed.py::"
+    "test_a_signal_to_one_rank_inside_an_epoch_stops_both_and_resumes_to_the_same_bits[3]",
+)
 # Generated test files of shared code (byte-identical in every render: test_render's
 # SHARED_FILES) whose behaviour depends only on the task, and which are expensive: they run in
 # ONE_PER_TASK's suites only. test_tune.py runs about twenty short trainings in child processes
